@@ -1,0 +1,77 @@
+-- Shared helpers. Every rule that refuses input raises one of two SQLSTATEs
+-- whose MESSAGE is the JSON body to answer with; the Rust side never edits it:
+--   QN400 bad request (HTTP 400), QN413 too large (HTTP 413),
+--   QN200 a business refusal that must roll back the call (HTTP 200).
+
+-- One fixed-width UTC format everywhere: clients compare timestamps as strings.
+CREATE OR REPLACE FUNCTION queen.iso(t timestamptz) RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+  SELECT to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+-- A broker 400: `field` is the JSON path of the offending input.
+CREATE OR REPLACE FUNCTION queen.bad_request(field text, problem text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QN400', MESSAGE = json_build_object(
+    'error', field || ' ' || problem,
+    'code', 'bad_request',
+    'field', field,
+    'detail', field || ' ' || problem)::text;
+END $$;
+
+-- Reads an optional non-negative integer field, refusing anything else.
+CREATE OR REPLACE FUNCTION queen.json_int(obj json, key text, path text, min_value bigint DEFAULT 0)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  v json := obj -> key;
+  t text := json_typeof(obj -> key);
+BEGIN
+  IF v IS NULL OR t = 'null' THEN
+    RETURN NULL;
+  END IF;
+  IF t <> 'number' OR (v #>> '{}') !~ '^-?[0-9]+$' OR length(v #>> '{}') > 18 THEN
+    PERFORM queen.bad_request(path || key, 'must be an integer');
+  END IF;
+  IF (v #>> '{}')::bigint < min_value THEN
+    PERFORM queen.bad_request(path || key, 'must be at least ' || min_value);
+  END IF;
+  RETURN (v #>> '{}')::bigint;
+END $$;
+
+CREATE OR REPLACE FUNCTION queen.json_bool(obj json, key text, path text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  t text := json_typeof(obj -> key);
+BEGIN
+  IF t IS NULL OR t = 'null' THEN
+    RETURN NULL;
+  END IF;
+  IF t <> 'boolean' THEN
+    PERFORM queen.bad_request(path || key, 'must be a boolean');
+  END IF;
+  RETURN (obj ->> key)::boolean;
+END $$;
+
+-- Reads an optional string field; `required` refuses absence and ''.
+CREATE OR REPLACE FUNCTION queen.json_text(obj json, key text, path text, required boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+  t text := json_typeof(obj -> key);
+BEGIN
+  IF t IS NULL OR t = 'null' THEN
+    IF required THEN
+      PERFORM queen.bad_request(path || key, 'is required');
+    END IF;
+    RETURN NULL;
+  END IF;
+  IF t <> 'string' THEN
+    PERFORM queen.bad_request(path || key, 'must be a string');
+  END IF;
+  IF required AND obj ->> key = '' THEN
+    PERFORM queen.bad_request(path || key, 'must not be empty');
+  END IF;
+  RETURN obj ->> key;
+END $$;

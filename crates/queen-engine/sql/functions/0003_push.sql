@@ -1,0 +1,169 @@
+-- POST /api/v1/push, and the push half of a transaction.
+--
+-- Locks, in this order: queue rows FOR SHARE (only when creating a
+-- partition, so a concurrent group registration sees it), then the target
+-- partition rows FOR NO KEY UPDATE in id order. The partition lock is held to
+-- commit, so offsets commit in order and the dedup check cannot race.
+-- One pg_notify per call, not per message.
+CREATE OR REPLACE FUNCTION queen.push(p_items json) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad record;
+  v_queues text[];
+  v_parts text[];
+  v_txids text[];
+  v_traces text[];
+  v_payloads json[];
+  v_full text[] := '{}';
+  r record;
+  v_pid uuid;
+  v_result json;
+  v_notify text[];
+BEGIN
+  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
+    PERFORM queen.bad_request('items', 'must be an array');
+  END IF;
+  IF json_array_length(p_items) = 0 THEN
+    RETURN '[]'::json;
+  END IF;
+
+  -- Shape of every item, reported by its index.
+  SELECT e.ord - 1 AS idx,
+         CASE
+           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
+           WHEN json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
+             THEN ARRAY['.queue', 'is required and must be a non-empty string']
+           WHEN length(e.item ->> 'queue') > 255 THEN ARRAY['.queue', 'must be at most 255 characters']
+           WHEN json_typeof(e.item -> 'partition') NOT IN ('string', 'null')
+             OR e.item ->> 'partition' = '' THEN ARRAY['.partition', 'must be a non-empty string']
+           WHEN length(e.item ->> 'partition') > 255 THEN ARRAY['.partition', 'must be at most 255 characters']
+           WHEN json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null')
+             OR e.item ->> 'transactionId' = '' THEN ARRAY['.transactionId', 'must be a non-empty string']
+         END AS problem
+    INTO v_bad
+    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
+   WHERE json_typeof(e.item) <> 'object'
+      OR json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
+      OR length(e.item ->> 'queue') > 255
+      OR json_typeof(e.item -> 'partition') NOT IN ('string', 'null') OR e.item ->> 'partition' = ''
+      OR length(e.item ->> 'partition') > 255
+      OR json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null') OR e.item ->> 'transactionId' = ''
+   ORDER BY e.ord
+   LIMIT 1;
+  IF v_bad.idx IS NOT NULL THEN
+    PERFORM queen.bad_request('items[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
+  END IF;
+
+  SELECT array_agg(e.item ->> 'queue' ORDER BY e.ord),
+         array_agg(coalesce(e.item ->> 'partition', 'Default') ORDER BY e.ord),
+         array_agg(coalesce(e.item ->> 'transactionId', queen.uuid_v7()::text) ORDER BY e.ord),
+         array_agg(CASE WHEN json_typeof(e.item -> 'traceId') = 'string' THEN e.item ->> 'traceId' END ORDER BY e.ord),
+         array_agg(e.item -> 'payload' ORDER BY e.ord)
+    INTO v_queues, v_parts, v_txids, v_traces, v_payloads
+    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord);
+
+  -- Queues and partitions are created on first push.
+  INSERT INTO queen.queues (name)
+  SELECT DISTINCT u.qn FROM unnest(v_queues) u(qn)
+   WHERE NOT EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = u.qn)
+  ON CONFLICT (name) DO NOTHING;
+
+  FOR r IN
+    SELECT DISTINCT q.id AS qid, q.name AS qname, u.pn
+      FROM unnest(v_queues, v_parts) u(qn, pn)
+      JOIN queen.queues q ON q.name = u.qn
+     WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.queue_id = q.id AND p.name = u.pn)
+     ORDER BY q.id, u.pn
+  LOOP
+    PERFORM 1 FROM queen.queues WHERE id = r.qid FOR SHARE;
+    v_pid := NULL;
+    INSERT INTO queen.partitions (queue_id, name) VALUES (r.qid, r.pn)
+    ON CONFLICT (queue_id, name) DO NOTHING
+    RETURNING id INTO v_pid;
+    IF v_pid IS NOT NULL THEN
+      -- Every registered group gets a cursor; the lane is new, so it starts at 0.
+      INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
+      SELECT v_pid, g.name, r.qid, 0 FROM queen.consumer_groups g WHERE g.queue_name = r.qname
+      ON CONFLICT DO NOTHING;
+    END IF;
+  END LOOP;
+
+  PERFORM 1
+     FROM queen.partitions p
+     JOIN queen.queues q ON q.id = p.queue_id
+    WHERE (q.name, p.name) IN (SELECT DISTINCT u.qn, u.pn FROM unnest(v_queues, v_parts) u(qn, pn))
+    ORDER BY p.id
+    FOR NO KEY UPDATE OF p;
+
+  -- maxSize: the backlog of the queue-mode cursor may not pass the limit.
+  FOR r IN
+    SELECT q.id, q.name, q.max_size, count(*) AS incoming
+      FROM unnest(v_queues) u(qn) JOIN queen.queues q ON q.name = u.qn
+     WHERE q.max_size > 0
+     GROUP BY q.id, q.name, q.max_size
+  LOOP
+    IF (SELECT coalesce(sum(p.next_seq - coalesce(c.next_seq, 0)), 0)
+          FROM queen.partitions p
+          LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+         WHERE p.queue_id = r.id) + r.incoming > r.max_size THEN
+      v_full := v_full || r.name;
+    END IF;
+  END LOOP;
+
+  WITH items AS (
+    SELECT u.ord, u.qn, u.pn, u.txid, u.trace, u.payload, p.id AS pid, q.dedup_window_seconds AS win,
+           min(u.ord) OVER (PARTITION BY p.id, u.txid) AS first_ord
+      FROM unnest(v_queues, v_parts, v_txids, v_traces, v_payloads) WITH ORDINALITY u(qn, pn, txid, trace, payload, ord)
+      JOIN queen.queues q ON q.name = u.qn
+      JOIN queen.partitions p ON p.queue_id = q.id AND p.name = u.pn
+  ),
+  prior AS (
+    SELECT DISTINCT ON (i.ord) i.ord, m.id
+      FROM items i
+      JOIN queen.messages m ON m.partition_id = i.pid AND m.transaction_id = i.txid
+     WHERE i.ord = i.first_ord AND m.created_at > now() - make_interval(secs => i.win)
+     ORDER BY i.ord, m.seq DESC
+  ),
+  fresh AS (
+    SELECT i.*, row_number() OVER (PARTITION BY i.pid ORDER BY i.ord) - 1 AS rn
+      FROM items i
+     WHERE i.ord = i.first_ord
+       AND NOT (i.qn = ANY (v_full))
+       AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.ord = i.ord)
+  ),
+  ins AS (
+    INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
+    SELECT f.pid, p.next_seq + f.rn, queen.uuid_v7(), f.txid, f.trace, f.payload
+      FROM fresh f JOIN queen.partitions p ON p.id = f.pid
+    RETURNING partition_id, transaction_id, id
+  ),
+  -- Data-modifying CTEs always run to completion, read or not.
+  bump AS (
+    UPDATE queen.partitions p
+       SET next_seq = p.next_seq + c.n, last_push_at = now()
+      FROM (SELECT pid, count(*) AS n FROM fresh GROUP BY pid) c
+     WHERE p.id = c.pid
+    RETURNING p.id
+  )
+  SELECT json_agg(
+           CASE WHEN i.qn = ANY (v_full) THEN
+             json_build_object('index', i.ord - 1, 'message_id', NULL, 'transaction_id', i.txid,
+               'queueName', i.qn, 'status', 'failed',
+               'error', 'Queue ''' || i.qn || ''' would exceed max capacity')
+           ELSE
+             json_build_object('index', i.ord - 1, 'message_id', coalesce(ins.id, pr.id),
+               'transaction_id', i.txid, 'queueName', i.qn,
+               'status', CASE WHEN i.ord = i.first_ord AND pr.id IS NULL THEN 'queued' ELSE 'duplicate' END)
+           END ORDER BY i.ord),
+         array_agg(DISTINCT i.qn) FILTER (WHERE ins.id IS NOT NULL)
+    INTO v_result, v_notify
+    FROM items i
+    LEFT JOIN prior pr ON pr.ord = i.first_ord
+    LEFT JOIN ins ON ins.partition_id = i.pid AND ins.transaction_id = i.txid;
+
+  IF v_notify IS NOT NULL THEN
+    PERFORM pg_notify('queen_push',
+      CASE WHEN octet_length(array_to_json(v_notify)::text) < 7900 THEN array_to_json(v_notify)::text ELSE '*' END);
+  END IF;
+  RETURN v_result;
+END $$;

@@ -1,0 +1,194 @@
+-- Consumer-group registration and pop.
+
+-- Registers a group on its first pop (even an empty one); a registered
+-- group's stored position wins over whatever later pops send.
+-- Locks: the queue row FOR NO KEY UPDATE, which waits for pushes that are
+-- creating partitions (they hold FOR SHARE), so no partition misses a cursor.
+CREATE OR REPLACE FUNCTION queen.register_group(p_queue text, p_group text, p_mode text, p_from text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_mode text;
+  v_from timestamptz;
+  v_inserted boolean;
+  v_qid bigint;
+BEGIN
+  IF EXISTS (SELECT 1 FROM queen.consumer_groups WHERE queue_name = p_queue AND name = p_group) THEN
+    RETURN;
+  END IF;
+  IF p_group = '__QUEUE_MODE__' THEN
+    v_mode := 'all';
+  ELSIF p_from IS NOT NULL AND p_from <> '' THEN
+    IF lower(p_from) = 'now' THEN
+      v_mode := 'new';
+    ELSE
+      BEGIN
+        v_from := p_from::timestamptz;
+      EXCEPTION WHEN others THEN
+        PERFORM queen.bad_request('subscriptionFrom', 'must be "now" or an ISO 8601 timestamp');
+      END;
+      v_mode := 'timestamp';
+    END IF;
+  ELSE
+    v_mode := CASE lower(coalesce(p_mode, ''))
+      WHEN '' THEN 'all' WHEN 'all' THEN 'all' WHEN 'from_beginning' THEN 'all'
+      WHEN 'new' THEN 'new' WHEN 'new-only' THEN 'new' WHEN 'new_only' THEN 'new' END;
+    IF v_mode IS NULL THEN
+      PERFORM queen.bad_request('subscriptionMode', 'must be one of all, from_beginning, new, new-only');
+    END IF;
+  END IF;
+
+  INSERT INTO queen.consumer_groups (queue_name, name, subscription_mode, subscription_from)
+  VALUES (p_queue, p_group, v_mode, v_from)
+  ON CONFLICT DO NOTHING
+  RETURNING true INTO v_inserted;
+  IF v_inserted IS NULL THEN
+    RETURN;
+  END IF;
+
+  SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue FOR NO KEY UPDATE;
+  IF v_qid IS NULL THEN
+    RETURN;
+  END IF;
+  INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
+  SELECT p.id, p_group, v_qid,
+         CASE v_mode
+           WHEN 'all' THEN 0
+           WHEN 'new' THEN p.next_seq
+           ELSE coalesce((SELECT min(m.seq) FROM queen.messages m
+                           WHERE m.partition_id = p.id AND m.created_at >= v_from), p.next_seq)
+         END
+    FROM queen.partitions p
+   WHERE p.queue_id = v_qid
+  ON CONFLICT DO NOTHING;
+END $$;
+
+-- GET /api/v1/pop/queue/:queue[/partition/:partition].
+-- Claims up to p_partitions free lanes of the group (FOR UPDATE SKIP LOCKED
+-- on cursor rows, so concurrent pops never wait on each other), delivers at
+-- most p_batch messages in total under one lease id, and either leases the
+-- lanes or (auto-ack) commits the cursor at delivery. NULL when empty.
+CREATE OR REPLACE FUNCTION queen.pop(
+  p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
+  p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  q queen.queues;
+  lane record;
+  v_group text := coalesce(nullif(p_group, ''), '__QUEUE_MODE__');
+  v_lease uuid := CASE WHEN p_auto_ack THEN NULL ELSE queen.uuid_v7() END;
+  v_lease_secs integer;
+  v_left integer := p_batch;
+  v_msgs json[] := '{}';
+  v_batch json[];
+  v_count integer;
+  v_last bigint;
+  v_claimed integer := 0;
+  v_first_pid uuid;
+  v_first_name text;
+BEGIN
+  IF p_batch IS NULL OR p_batch < 1 THEN
+    PERFORM queen.bad_request('batch', 'must be a positive integer');
+  END IF;
+  IF p_partitions IS NULL OR p_partitions < 1 THEN
+    PERFORM queen.bad_request('partitions', 'must be a positive integer');
+  END IF;
+  IF p_lease_seconds IS NOT NULL AND p_lease_seconds < 1 THEN
+    PERFORM queen.bad_request('leaseSeconds', 'must be a positive integer');
+  END IF;
+
+  PERFORM queen.register_group(p_queue, v_group, p_sub_mode, p_sub_from);
+  SELECT * INTO q FROM queen.queues WHERE name = p_queue;
+  IF q.id IS NULL THEN
+    RETURN NULL;
+  END IF;
+  v_lease_secs := coalesce(p_lease_seconds, q.lease_time);
+
+  FOR lane IN
+    SELECT c.partition_id, c.next_seq, p.name AS pname
+      FROM queen.cursors c
+      JOIN queen.partitions p ON p.id = c.partition_id
+     WHERE c.queue_id = q.id AND c.consumer_group = v_group
+       AND (p_partition IS NULL OR p.name = p_partition)
+       AND c.next_seq < p.next_seq
+       AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+       AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
+       AND (q.delayed_processing = 0 OR EXISTS (
+             SELECT 1 FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq = c.next_seq
+                AND m.created_at <= now() - make_interval(secs => q.delayed_processing)))
+     ORDER BY c.last_delivered_at NULLS FIRST, c.partition_id
+     LIMIT p_partitions
+     FOR UPDATE OF c SKIP LOCKED
+  LOOP
+    EXIT WHEN v_left <= 0;
+    SELECT array_agg(json_build_object(
+             'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id, 'data', m.payload,
+             'producerSub', NULL, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
+             'partition', lane.pname, 'queue', q.name, 'leaseId', coalesce(v_lease::text, ''),
+             'consumerGroup', v_group) ORDER BY m.seq),
+           count(*), max(m.seq)
+      INTO v_batch, v_count, v_last
+      FROM (SELECT * FROM queen.messages m
+             WHERE m.partition_id = lane.partition_id AND m.seq >= lane.next_seq
+               AND (q.delayed_processing = 0
+                    OR m.created_at <= now() - make_interval(secs => q.delayed_processing))
+             ORDER BY m.seq
+             LIMIT v_left) m;
+    CONTINUE WHEN v_count = 0;
+
+    IF p_auto_ack THEN
+      UPDATE queen.cursors SET next_seq = v_last + 1, last_delivered_at = now(),
+             lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0
+       WHERE partition_id = lane.partition_id AND consumer_group = v_group;
+    ELSE
+      UPDATE queen.cursors SET lease_id = v_lease,
+             lease_expires_at = now() + make_interval(secs => v_lease_secs),
+             batch_end = v_last + 1, last_delivered_at = now()
+       WHERE partition_id = lane.partition_id AND consumer_group = v_group;
+    END IF;
+
+    v_msgs := v_msgs || v_batch;
+    v_left := v_left - v_count;
+    v_claimed := v_claimed + 1;
+    IF v_first_pid IS NULL THEN
+      v_first_pid := lane.partition_id;
+      v_first_name := lane.pname;
+    END IF;
+  END LOOP;
+
+  IF v_claimed = 0 THEN
+    RETURN NULL;
+  END IF;
+  RETURN json_build_object('success', true, 'queue', q.name, 'partition', v_first_name,
+    'partitionId', v_first_pid, 'leaseId', coalesce(v_lease::text, ''), 'consumerGroup', v_group,
+    'messages', array_to_json(v_msgs), 'partitionsClaimed', v_claimed);
+END $$;
+
+-- POST /api/v1/lease/:leaseId/extend. Always an answer, never an error:
+-- a lease that is gone renews nothing and reports null expiries.
+CREATE OR REPLACE FUNCTION queen.extend_lease(p_lease text, p_seconds integer) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_lease uuid;
+  v_count integer := 0;
+  v_expires timestamptz;
+BEGIN
+  IF p_seconds IS NULL OR p_seconds < 1 THEN
+    PERFORM queen.bad_request('seconds', 'must be a positive integer');
+  END IF;
+  IF p_lease ~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$' THEN
+    v_lease := p_lease::uuid;
+  END IF;
+  IF v_lease IS NOT NULL THEN
+    WITH renewed AS (
+      UPDATE queen.cursors SET lease_expires_at = now() + make_interval(secs => p_seconds)
+       WHERE lease_id = v_lease AND lease_expires_at > now()
+      RETURNING lease_expires_at
+    )
+    SELECT count(*), max(lease_expires_at) INTO v_count, v_expires FROM renewed;
+  END IF;
+  RETURN json_build_object('leaseId', p_lease, 'success', v_count > 0, 'renewed', v_count,
+    'newExpiresAt', queen.iso(v_expires), 'expiresAt', queen.iso(v_expires),
+    'lease_expires_at', queen.iso(v_expires));
+END $$;

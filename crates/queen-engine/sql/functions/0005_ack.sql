@@ -1,0 +1,298 @@
+-- Acks as offset commits. POST /api/v1/ack, /api/v1/ack/batch, and the ack
+-- half of a transaction (strict mode: p_tx_id is set, and any refused item
+-- raises QN200 so the whole transaction rolls back).
+--
+-- Locks: cursor rows FOR UPDATE, one (partition, group) at a time in
+-- (partition id, group) order, so concurrent batch acks never deadlock.
+CREATE OR REPLACE FUNCTION queen.ack(
+  p_items json, p_group text, p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad record;
+  v_n integer;
+  v_res jsonb[];
+  g record;
+  it record;
+  cur record;
+  v_live text;
+  v_lease text;
+  v_ords integer[];
+  v_seqs bigint[];
+  v_stats text[];
+  v_errs text[];
+  v_min integer;
+  v_max_done bigint;
+  v_next bigint;
+  v_released boolean;
+  v_dlq boolean;
+  v_failed integer;
+  i integer;
+BEGIN
+  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
+    PERFORM queen.bad_request('acknowledgments', 'must be an array');
+  END IF;
+  v_n := json_array_length(p_items);
+  IF v_n = 0 THEN
+    RETURN '[]'::json;
+  END IF;
+
+  SELECT e.ord - 1 AS idx,
+         CASE
+           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
+           WHEN json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
+             THEN ARRAY['.transactionId', 'is required and must be a non-empty string']
+           WHEN json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
+             OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
+             THEN ARRAY['.partitionId', 'is required and must be a UUID']
+           WHEN json_typeof(e.item -> 'status') NOT IN ('string', 'null')
+             OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
+             THEN ARRAY['.status', 'must be one of completed, failed, retry, dlq']
+           WHEN json_typeof(e.item -> 'error') NOT IN ('string', 'null') THEN ARRAY['.error', 'must be a string']
+           WHEN json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null') THEN ARRAY['.leaseId', 'must be a string']
+           WHEN json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
+             THEN ARRAY['.consumerGroup', 'must be a string']
+         END AS problem
+    INTO v_bad
+    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
+   WHERE json_typeof(e.item) <> 'object'
+      OR json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
+      OR json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
+      OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
+      OR json_typeof(e.item -> 'status') NOT IN ('string', 'null')
+      OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
+      OR json_typeof(e.item -> 'error') NOT IN ('string', 'null')
+      OR json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null')
+      OR json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
+   ORDER BY e.ord
+   LIMIT 1;
+  IF v_bad.idx IS NOT NULL THEN
+    PERFORM queen.bad_request('acknowledgments[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
+  END IF;
+
+  v_res := array_fill(NULL::jsonb, ARRAY[v_n]);
+
+  FOR g IN
+    SELECT DISTINCT (e.item ->> 'partitionId')::uuid AS pid,
+           coalesce(nullif(e.item ->> 'consumerGroup', ''), nullif(p_group, ''), '__QUEUE_MODE__') AS grp
+      FROM json_array_elements(p_items) e(item)
+     ORDER BY 1, 2
+  LOOP
+    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end, c.retry_count, c.queue_id,
+           q.retry_limit, q.dead_letter_queue, q.dlq_after_max_retries
+      INTO cur
+      FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id
+     WHERE c.partition_id = g.pid AND c.consumer_group = g.grp
+       FOR UPDATE OF c;
+    v_live := CASE WHEN cur.lease_expires_at > now() THEN cur.lease_id::text END;
+    v_ords := '{}'; v_seqs := '{}'; v_stats := '{}'; v_errs := '{}';
+    v_failed := 0;
+
+    FOR it IN
+      SELECT e.ord::integer AS ord, e.item ->> 'transactionId' AS txid,
+             coalesce(e.item ->> 'status', 'completed') AS status, e.item ->> 'error' AS err,
+             coalesce(nullif(e.item ->> 'leaseId', ''), p_lent_lease) AS lease,
+             (SELECT m.seq FROM queen.messages m
+               WHERE m.partition_id = g.pid AND m.transaction_id = e.item ->> 'transactionId'
+               ORDER BY m.seq DESC LIMIT 1) AS seq
+        FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
+       WHERE (e.item ->> 'partitionId')::uuid = g.pid
+         AND coalesce(nullif(e.item ->> 'consumerGroup', ''), nullif(p_group, ''), '__QUEUE_MODE__') = g.grp
+       ORDER BY e.ord
+    LOOP
+      IF cur.queue_id IS NULL OR it.seq IS NULL THEN
+        v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
+          'error', 'unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers',
+          'leaseReleased', false, 'dlq', false, 'noop', false);
+        v_failed := v_failed + 1;
+      ELSIF it.lease IS NOT NULL AND (v_live IS NULL OR v_live <> lower(it.lease)) THEN
+        v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
+          'error', 'invalid or expired lease', 'leaseReleased', false, 'dlq', false, 'noop', false);
+        v_failed := v_failed + 1;
+      ELSIF it.seq < cur.next_seq THEN
+        IF it.status = 'completed' THEN
+          v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', true,
+            'error', NULL, 'leaseReleased', false, 'dlq', false, 'noop', true);
+          IF p_tx_id IS NOT NULL THEN
+            v_failed := v_failed + 1;
+          END IF;
+        ELSE
+          v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
+            'error', 'already committed: the cursor moved past this message before this ack',
+            'leaseReleased', false, 'dlq', false, 'noop', false);
+          v_failed := v_failed + 1;
+        END IF;
+      ELSE
+        v_ords := v_ords || it.ord; v_seqs := v_seqs || it.seq;
+        v_stats := v_stats || it.status; v_errs := v_errs || it.err;
+      END IF;
+    END LOOP;
+
+    IF v_failed > 0 AND p_tx_id IS NOT NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
+        'transactionId', p_tx_id, 'success', false, 'reason', 'rejected_ack', 'results', '[]'::json,
+        'error', 'QTXN ' || v_failed || ' acked message(s) on partition ' || g.pid
+          || ' are not leased by this worker or were already acked; the transaction rolled back')::text;
+    END IF;
+    CONTINUE WHEN coalesce(array_length(v_ords, 1), 0) = 0;
+
+    -- The lowest nack clamps the cursor just before it.
+    v_min := NULL;
+    v_max_done := NULL;
+    FOR i IN 1 .. array_length(v_ords, 1) LOOP
+      IF v_stats[i] <> 'completed' AND (v_min IS NULL OR v_seqs[i] < v_seqs[v_min]) THEN
+        v_min := i;
+      END IF;
+      IF v_stats[i] = 'completed' AND (v_max_done IS NULL OR v_seqs[i] > v_max_done) THEN
+        v_max_done := v_seqs[i];
+      END IF;
+    END LOOP;
+
+    v_dlq := false;
+    IF v_min IS NOT NULL THEN
+      v_next := v_seqs[v_min];
+      IF v_stats[v_min] = 'dlq' OR (v_stats[v_min] = 'failed' AND cur.retry_count >= cur.retry_limit) THEN
+        IF cur.dead_letter_queue AND (v_stats[v_min] = 'dlq' OR cur.dlq_after_max_retries) THEN
+          INSERT INTO queen.dead_letters (queue_id, partition_id, consumer_group, seq, message_id,
+                 transaction_id, trace_id, payload, error_message, retry_count, created_at)
+          SELECT cur.queue_id, m.partition_id, g.grp, m.seq, m.id, m.transaction_id, m.trace_id, m.payload,
+                 coalesce(v_errs[v_min], CASE WHEN v_stats[v_min] = 'dlq' THEN 'Moved to DLQ' ELSE 'Retries exhausted' END),
+                 cur.retry_count, m.created_at
+            FROM queen.messages m WHERE m.partition_id = g.pid AND m.seq = v_next;
+          v_dlq := true;
+        END IF;
+        UPDATE queen.cursors SET next_seq = v_next + 1, retry_count = 0,
+               lease_id = NULL, lease_expires_at = NULL, batch_end = NULL
+         WHERE partition_id = g.pid AND consumer_group = g.grp;
+      ELSE
+        UPDATE queen.cursors SET next_seq = v_next,
+               retry_count = retry_count + CASE WHEN v_stats[v_min] = 'failed' THEN 1 ELSE 0 END,
+               lease_id = NULL, lease_expires_at = NULL, batch_end = NULL
+         WHERE partition_id = g.pid AND consumer_group = g.grp;
+      END IF;
+      v_released := true;
+    ELSE
+      v_next := v_max_done + 1;
+      v_released := cur.lease_id IS NOT NULL AND v_next >= cur.batch_end;
+      UPDATE queen.cursors SET next_seq = v_next,
+             retry_count = CASE WHEN v_released THEN 0 ELSE retry_count END,
+             lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
+             lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
+             batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END
+       WHERE partition_id = g.pid AND consumer_group = g.grp;
+    END IF;
+
+    FOR i IN 1 .. array_length(v_ords, 1) LOOP
+      v_res[v_ords[i]] := jsonb_build_object('index', v_ords[i] - 1,
+        'transactionId', (p_items -> (v_ords[i] - 1)) ->> 'transactionId', 'success', true, 'error', NULL,
+        'leaseReleased', v_released, 'dlq', (i = v_min AND v_dlq), 'noop', false);
+    END LOOP;
+  END LOOP;
+
+  RETURN (SELECT json_agg(r ORDER BY n) FROM unnest(v_res) WITH ORDINALITY u(r, n));
+END $$;
+
+-- POST /api/v1/transaction: pushes and acks in one commit, results in one
+-- flat index space (every pushed item, then... in operations order).
+-- Lock order: partitions of the pushes, then cursors of the acks (by
+-- partition id), so overlapping bundles cannot deadlock.
+CREATE OR REPLACE FUNCTION queen.transaction(p_body json, p_tx_id text) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_ops json;
+  v_push_items json[] := '{}';
+  v_push_slots integer[] := '{}';
+  v_ack_items json[] := '{}';
+  v_ack_slots integer[] := '{}';
+  v_leases text[] := '{}';
+  v_lent text;
+  v_slot integer := 0;
+  op record;
+  v_item json;
+  v_push json := '[]';
+  v_ack json := '[]';
+  v_results jsonb[];
+  r record;
+BEGIN
+  IF json_typeof(p_body) IS DISTINCT FROM 'object' THEN
+    PERFORM queen.bad_request('body', 'must be a JSON object');
+  END IF;
+  v_ops := p_body -> 'operations';
+  IF json_typeof(v_ops) IS DISTINCT FROM 'array' THEN
+    PERFORM queen.bad_request('operations', 'is required and must be an array');
+  END IF;
+  IF json_typeof(p_body -> 'requiredLeases') NOT IN ('array', 'null') THEN
+    PERFORM queen.bad_request('requiredLeases', 'must be an array of strings');
+  END IF;
+
+  FOR op IN SELECT e.item, e.ord - 1 AS idx FROM json_array_elements(v_ops) WITH ORDINALITY e(item, ord) LOOP
+    IF json_typeof(op.item) <> 'object' THEN
+      PERFORM queen.bad_request('operations[' || op.idx || ']', 'must be an object');
+    END IF;
+    CASE op.item ->> 'type'
+      WHEN 'push' THEN
+        IF json_typeof(op.item -> 'items') IS DISTINCT FROM 'array' THEN
+          PERFORM queen.bad_request('operations[' || op.idx || '].items', 'is required and must be an array');
+        END IF;
+        FOR v_item IN SELECT json_array_elements(op.item -> 'items') LOOP
+          v_push_items := v_push_items || v_item;
+          v_push_slots := v_push_slots || v_slot;
+          v_slot := v_slot + 1;
+        END LOOP;
+      WHEN 'ack' THEN
+        v_ack_items := v_ack_items || op.item;
+        v_ack_slots := v_ack_slots || v_slot;
+        v_slot := v_slot + 1;
+        IF json_typeof(op.item -> 'leaseId') = 'string' AND op.item ->> 'leaseId' <> '' THEN
+          v_leases := v_leases || lower(op.item ->> 'leaseId');
+        END IF;
+      ELSE
+        PERFORM queen.bad_request('operations[' || op.idx || '].type', 'must be "push" or "ack"');
+    END CASE;
+  END LOOP;
+  IF v_slot = 0 THEN
+    PERFORM queen.bad_request('operations', 'Transaction has no operations to commit');
+  END IF;
+
+  -- requiredLeases lends its lease to lease-less acks only when the bundle
+  -- names exactly one distinct lease.
+  SELECT array_agg(DISTINCT l) INTO v_leases FROM (
+    SELECT unnest(v_leases) AS l
+    UNION ALL
+    SELECT lower(x) FROM json_array_elements_text(coalesce(p_body -> 'requiredLeases', '[]')) x WHERE x <> ''
+  ) s;
+  IF coalesce(array_length(v_leases, 1), 0) = 1 THEN
+    v_lent := v_leases[1];
+  END IF;
+
+  IF array_length(v_push_items, 1) > 0 THEN
+    v_push := queen.push(array_to_json(v_push_items));
+    SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
+    IF r.x IS NOT NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
+        'transactionId', p_tx_id, 'success', false, 'reason', 'duplicate', 'results', '[]'::json,
+        'error', CASE WHEN r.x ->> 'status' = 'duplicate'
+          THEN 'QDUP item ' || (r.x ->> 'index') || ' (transactionId ' || (r.x ->> 'transaction_id')
+               || ') is a duplicate inside the dedup window; the transaction rolled back'
+          ELSE coalesce(r.x ->> 'error', 'push failed') || '; the transaction rolled back' END)::text;
+    END IF;
+  END IF;
+  IF array_length(v_ack_items, 1) > 0 THEN
+    v_ack := queen.ack(array_to_json(v_ack_items), NULL, p_tx_id, v_lent);
+  END IF;
+
+  v_results := array_fill(NULL::jsonb, ARRAY[v_slot]);
+  FOR r IN SELECT e.x, e.n FROM json_array_elements(v_push) WITH ORDINALITY e(x, n) LOOP
+    v_results[v_push_slots[r.n] + 1] := jsonb_build_object('index', v_push_slots[r.n], 'type', 'push',
+      'success', true, 'transactionId', r.x ->> 'transaction_id', 'messageId', r.x ->> 'message_id',
+      'queueName', r.x ->> 'queueName');
+  END LOOP;
+  FOR r IN SELECT e.x, e.n FROM json_array_elements(v_ack) WITH ORDINALITY e(x, n) LOOP
+    v_results[v_ack_slots[r.n] + 1] := jsonb_build_object('index', v_ack_slots[r.n], 'type', 'ack',
+      'success', true, 'transactionId', r.x ->> 'transactionId', 'error', NULL,
+      'dlq', (r.x ->> 'dlq')::boolean);
+  END LOOP;
+
+  RETURN json_build_object('transactionId', p_tx_id, 'success', true,
+    'results', (SELECT json_agg(x ORDER BY n) FROM unnest(v_results) WITH ORDINALITY u(x, n)));
+END $$;

@@ -1,0 +1,136 @@
+-- Dead-letter listing and consumer-group administration.
+
+-- GET /api/v1/dlq. Newest failures first.
+CREATE OR REPLACE FUNCTION queen.dlq_list(
+  p_queue text, p_group text, p_partition text, p_from text, p_to text, p_limit integer, p_offset integer)
+RETURNS json
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_from timestamptz;
+  v_to timestamptz;
+  v_total bigint;
+  v_rows json;
+BEGIN
+  IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
+    PERFORM queen.bad_request('limit', 'must be an integer from 1 to 10000');
+  END IF;
+  IF p_offset IS NULL OR p_offset < 0 THEN
+    PERFORM queen.bad_request('offset', 'must be a non-negative integer');
+  END IF;
+  BEGIN
+    v_from := nullif(p_from, '')::timestamptz;
+    v_to := nullif(p_to, '')::timestamptz;
+  EXCEPTION WHEN others THEN
+    PERFORM queen.bad_request('from/to', 'must be ISO 8601 timestamps');
+  END;
+
+  WITH matching AS (
+    SELECT d.*, q.name AS qname, p.name AS pname
+      FROM queen.dead_letters d
+      JOIN queen.queues q ON q.id = d.queue_id
+      LEFT JOIN queen.partitions p ON p.id = d.partition_id
+     WHERE (p_queue IS NULL OR q.name = p_queue)
+       AND (p_group IS NULL OR d.consumer_group = p_group)
+       AND (p_partition IS NULL OR p.name = p_partition)
+       AND (v_from IS NULL OR d.failed_at >= v_from)
+       AND (v_to IS NULL OR d.failed_at <= v_to)
+  )
+  SELECT (SELECT count(*) FROM matching),
+         (SELECT json_agg(json_build_object(
+            'id', m.message_id, 'data', m.payload, 'errorMessage', m.error_message,
+            'transactionId', m.transaction_id, 'traceId', m.trace_id, 'partitionId', m.partition_id,
+            'queue', m.qname, 'partition', m.pname, 'consumerGroup', m.consumer_group,
+            'retryCount', m.retry_count, 'createdAt', queen.iso(m.created_at),
+            'failedAt', queen.iso(m.failed_at)) ORDER BY m.failed_at DESC, m.id DESC)
+            FROM (SELECT * FROM matching ORDER BY failed_at DESC, id DESC LIMIT p_limit OFFSET p_offset) m)
+    INTO v_total, v_rows;
+  RETURN json_build_object('messages', coalesce(v_rows, '[]'::json), 'total', v_total);
+END $$;
+
+-- DELETE /api/v1/consumer-groups/:group[/queues/:queue]. A later pop with
+-- the same name registers afresh. Queue mode is a group like any other.
+CREATE OR REPLACE FUNCTION queen.delete_consumer_group(p_group text, p_queue text, p_delete_metadata boolean)
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_cursors bigint;
+  v_meta bigint := 0;
+BEGIN
+  WITH gone AS (
+    DELETE FROM queen.cursors c
+     WHERE c.consumer_group = p_group
+       AND (p_queue IS NULL OR c.queue_id = (SELECT id FROM queen.queues WHERE name = p_queue))
+    RETURNING 1
+  )
+  SELECT count(*) INTO v_cursors FROM gone;
+  IF p_delete_metadata THEN
+    WITH gone AS (
+      DELETE FROM queen.consumer_groups
+       WHERE name = p_group AND (p_queue IS NULL OR queue_name = p_queue)
+      RETURNING 1
+    )
+    SELECT count(*) INTO v_meta FROM gone;
+  END IF;
+  RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
+    'deletedPartitions', v_cursors, 'metadataDeleted', v_meta > 0);
+END $$;
+
+-- POST /api/v1/consumer-groups/:group/subscription: the start position for
+-- lanes the group has not seen yet. Existing cursors stay where they are.
+CREATE OR REPLACE FUNCTION queen.update_subscription(p_group text, p_timestamp text) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_ts timestamptz;
+  v_rows bigint;
+BEGIN
+  IF p_timestamp IS NULL OR p_timestamp = '' THEN
+    PERFORM queen.bad_request('subscriptionTimestamp', 'is required (Missing subscriptionTimestamp in request body)');
+  END IF;
+  BEGIN
+    v_ts := p_timestamp::timestamptz;
+  EXCEPTION WHEN others THEN
+    PERFORM queen.bad_request('subscriptionTimestamp', 'must be an ISO 8601 timestamp');
+  END;
+  WITH upd AS (
+    UPDATE queen.consumer_groups SET subscription_mode = 'timestamp', subscription_from = v_ts
+     WHERE name = p_group
+    RETURNING 1
+  )
+  SELECT count(*) INTO v_rows FROM upd;
+  RETURN json_build_object('success', true, 'consumerGroup', p_group,
+    'newTimestamp', queen.iso(v_ts), 'rowsUpdated', v_rows);
+END $$;
+
+-- POST /api/v1/consumer-groups/:group/queues/:queue/seek. Moves the cursors
+-- the group already has on the queue and clears their leases.
+CREATE OR REPLACE FUNCTION queen.seek(p_group text, p_queue text, p_to_end boolean, p_timestamp text)
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_ts timestamptz;
+  v_rows bigint;
+BEGIN
+  IF NOT coalesce(p_to_end, false) AND (p_timestamp IS NULL OR p_timestamp = '') THEN
+    PERFORM queen.bad_request('toEnd', 'or timestamp is required: Must specify either ''toEnd'': true or ''timestamp''');
+  END IF;
+  IF NOT coalesce(p_to_end, false) THEN
+    BEGIN
+      v_ts := p_timestamp::timestamptz;
+    EXCEPTION WHEN others THEN
+      PERFORM queen.bad_request('timestamp', 'must be an ISO 8601 timestamp');
+    END;
+  END IF;
+  WITH moved AS (
+    UPDATE queen.cursors c SET
+           next_seq = CASE WHEN p_to_end THEN p.next_seq
+                      ELSE coalesce((SELECT min(m.seq) FROM queen.messages m
+                                      WHERE m.partition_id = p.id AND m.created_at > v_ts), p.next_seq) END,
+           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0
+      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+     WHERE c.partition_id = p.id AND c.consumer_group = p_group AND q.name = p_queue
+    RETURNING 1
+  )
+  SELECT count(*) INTO v_rows FROM moved;
+  RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
+    'seekToEnd', coalesce(p_to_end, false), 'targetTimestamp', queen.iso(v_ts), 'partitionsUpdated', v_rows);
+END $$;

@@ -1,0 +1,324 @@
+//! The engine: one method per API operation, each one SQL function call.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_postgres::types::ToSql;
+
+use crate::notifier::{self, Waiters};
+use crate::{DbConfig, EngineError, Json};
+
+/// The consumer group name of queue mode: one more cursor per partition.
+pub const QUEUE_MODE: &str = "__QUEUE_MODE__";
+
+/// Tuning that does not change semantics.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// How often a long poll re-checks without a notification (lease
+    /// expiry, delayed messages and missed notifications rely on it).
+    pub poll_interval: Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            poll_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+/// One pop call, as the query string of the pop routes describes it.
+#[derive(Debug, Clone, Default)]
+pub struct PopRequest {
+    /// The queue to pop from.
+    pub queue: String,
+    /// Only this partition, or any free partition when `None`.
+    pub partition: Option<String>,
+    /// The consumer group; `None` is queue mode.
+    pub consumer_group: Option<String>,
+    /// The message budget of the whole call (a global cap).
+    pub batch: i32,
+    /// How many partitions the call may claim.
+    pub partitions: i32,
+    /// Overrides the queue's lease time for this pop.
+    pub lease_seconds: Option<i32>,
+    /// Commit the cursor at delivery instead of leasing.
+    pub auto_ack: bool,
+    /// Start position of a group that registers with this pop.
+    pub subscription_mode: Option<String>,
+    /// `now` or an ISO timestamp, for a group that registers with this pop.
+    pub subscription_from: Option<String>,
+}
+
+/// Filters of the DLQ listing.
+#[derive(Debug, Clone, Default)]
+pub struct DlqQuery {
+    /// Queue name.
+    pub queue: Option<String>,
+    /// Consumer group.
+    pub consumer_group: Option<String>,
+    /// Partition name.
+    pub partition: Option<String>,
+    /// Failed at or after (ISO).
+    pub from: Option<String>,
+    /// Failed at or before (ISO).
+    pub to: Option<String>,
+    /// Page size.
+    pub limit: i32,
+    /// Rows to skip.
+    pub offset: i32,
+}
+
+/// The broker engine. Cheap to share behind an `Arc`; holds the pool and the
+/// long-poll waiters, nothing else.
+pub struct Engine {
+    pool: Pool,
+    waiters: Arc<Waiters>,
+    shutdown: watch::Sender<bool>,
+    options: EngineOptions,
+}
+
+impl Engine {
+    /// Opens the pool and the notification connection. Does not migrate.
+    pub fn connect(db: &DbConfig, options: EngineOptions) -> Result<Self, EngineError> {
+        let pool = db.pool()?;
+        let waiters = Arc::new(Waiters::default());
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        tokio::spawn(notifier::run(db.pg_config()?, waiters.clone(), shutdown_rx));
+        Ok(Engine {
+            pool,
+            waiters,
+            shutdown,
+            options,
+        })
+    }
+
+    /// Applies the migrations (idempotent, safe with concurrent brokers).
+    pub async fn migrate(&self) -> Result<(), EngineError> {
+        let mut client = self.pool.get().await?;
+        crate::migrate(&mut client).await
+    }
+
+    /// Succeeds when the database answers.
+    pub async fn health(&self) -> Result<(), EngineError> {
+        let client = self.pool.get().await?;
+        client.simple_query("SELECT 1").await?;
+        Ok(())
+    }
+
+    /// Pool statistics: (connections open, connections idle, max size).
+    pub fn pool_status(&self) -> (usize, usize, usize) {
+        let s = self.pool.status();
+        (s.size, s.available, s.max_size)
+    }
+
+    /// Queues that have a long poll waiting in this process.
+    pub fn queues_waiting(&self) -> usize {
+        self.waiters.queues_waiting()
+    }
+
+    /// Calls one SQL function that answers with JSON text (or NULL).
+    async fn call(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Option<String>, EngineError> {
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached(sql).await?;
+        let row = client.query_one(&stmt, params).await?;
+        Ok(row.try_get::<_, Option<String>>(0)?)
+    }
+
+    async fn call_json(
+        &self,
+        sql: &'static str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Json, EngineError> {
+        self.call(sql, params)
+            .await?
+            .map(Json)
+            .ok_or_else(|| EngineError::Protocol(format!("{sql} answered NULL")))
+    }
+
+    /// Creates or reconfigures a queue; `body` is the configure request JSON.
+    pub async fn configure(&self, body: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.configure($1::text::json)::text", &[&body])
+            .await
+    }
+
+    /// Pushes a JSON array of items; answers the per-item results array.
+    pub async fn push(&self, items: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.push($1::text::json)::text", &[&items])
+            .await
+    }
+
+    /// One pop attempt; `None` when nothing is deliverable now.
+    pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
+        Ok(self
+            .call(
+                "SELECT queen.pop($1, $2, $3, $4, $5, $6, $7, $8, $9)::text",
+                &[
+                    &req.queue,
+                    &req.partition,
+                    &req.consumer_group,
+                    &req.batch,
+                    &req.partitions,
+                    &req.lease_seconds,
+                    &req.auto_ack,
+                    &req.subscription_mode,
+                    &req.subscription_from,
+                ],
+            )
+            .await?
+            .map(Json))
+    }
+
+    /// Long poll: pops until a message is delivered, `timeout` passes, or the
+    /// engine shuts down. Woken by push notifications, with polling as the
+    /// fallback.
+    pub async fn pop_wait(
+        &self,
+        req: &PopRequest,
+        timeout: Duration,
+    ) -> Result<Option<Json>, EngineError> {
+        let deadline = Instant::now() + timeout;
+        let handle = self.waiters.handle(&req.queue);
+        let mut shutdown = self.shutdown.subscribe();
+        let result = loop {
+            let notified = handle.notified();
+            tokio::pin!(notified);
+            // Registered before the attempt, so a push between the attempt
+            // and the wait is not missed.
+            notified.as_mut().enable();
+            match self.pop(req).await {
+                Ok(Some(found)) => break Ok(Some(found)),
+                Ok(None) => {}
+                Err(e) => break Err(e),
+            }
+            let now = Instant::now();
+            if now >= deadline || *shutdown.borrow() {
+                break Ok(None);
+            }
+            let nap = (deadline - now).min(self.options.poll_interval);
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(nap) => {}
+                _ = shutdown.changed() => break Ok(None),
+            }
+        };
+        self.waiters.release(&req.queue, handle);
+        result
+    }
+
+    /// Acks (a JSON array of acknowledgments) as offset commits.
+    pub async fn ack(
+        &self,
+        items: &str,
+        consumer_group: Option<&str>,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.ack($1::text::json, $2)::text",
+            &[&items, &consumer_group],
+        )
+        .await
+    }
+
+    /// Extends every partition lease held under `lease_id`.
+    pub async fn extend_lease(&self, lease_id: &str, seconds: i32) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.extend_lease($1, $2)::text",
+            &[&lease_id, &seconds],
+        )
+        .await
+    }
+
+    /// Pushes and acks in one commit. A refused bundle is
+    /// `Err(EngineError::Refused(body))` and changed nothing.
+    pub async fn transaction(&self, body: &str) -> Result<Json, EngineError> {
+        let tx_id = uuid::Uuid::new_v4().to_string();
+        self.call_json(
+            "SELECT queen.transaction($1::text::json, $2)::text",
+            &[&body, &tx_id],
+        )
+        .await
+    }
+
+    /// Lists dead letters.
+    pub async fn dlq(&self, q: &DlqQuery) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.dlq_list($1, $2, $3, $4, $5, $6, $7)::text",
+            &[
+                &q.queue,
+                &q.consumer_group,
+                &q.partition,
+                &q.from,
+                &q.to,
+                &q.limit,
+                &q.offset,
+            ],
+        )
+        .await
+    }
+
+    /// Deletes a queue with its partitions, messages, cursors and dead letters.
+    pub async fn delete_queue(&self, queue: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.delete_queue($1)::text", &[&queue])
+            .await
+    }
+
+    /// Deletes a group's cursors (on one queue or all), optionally its registration.
+    pub async fn delete_consumer_group(
+        &self,
+        group: &str,
+        queue: Option<&str>,
+        delete_metadata: bool,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.delete_consumer_group($1, $2, $3)::text",
+            &[&group, &queue, &delete_metadata],
+        )
+        .await
+    }
+
+    /// Sets the start position for lanes the group has not seen yet.
+    pub async fn update_subscription(
+        &self,
+        group: &str,
+        timestamp: Option<&str>,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.update_subscription($1, $2)::text",
+            &[&group, &timestamp],
+        )
+        .await
+    }
+
+    /// Moves a group's cursors on a queue to the end or to a timestamp.
+    pub async fn seek(
+        &self,
+        group: &str,
+        queue: &str,
+        to_end: bool,
+        timestamp: Option<&str>,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.seek($1, $2, $3, $4)::text",
+            &[&group, &queue, &to_end, &timestamp],
+        )
+        .await
+    }
+
+    /// Wakes every long poll (they answer empty) and stops the listener.
+    pub fn shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Closes the pool; in-flight calls finish, new ones fail.
+    pub fn close(&self) {
+        self.shutdown();
+        self.pool.close();
+    }
+}

@@ -1,0 +1,70 @@
+//! Error policy: the database decides what is bad input. SQL functions raise
+//! one of three SQLSTATEs whose message is the JSON body to answer with:
+//! `QN400` (HTTP 400), `QN413` (HTTP 413) and `QN200` (a business refusal
+//! that rolled the call back, HTTP 200). Anything that means "the database
+//! cannot be reached" is [`EngineError::Unavailable`], which the server turns
+//! into a 503 with `Retry-After`.
+
+/// Why an engine call did not produce its answer.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The input was refused; `body` is the JSON error body.
+    #[error("rejected input ({status}): {body}")]
+    Rejected {
+        /// 400 or 413.
+        status: u16,
+        /// The JSON error body, as the SQL function wrote it.
+        body: String,
+    },
+    /// A business refusal that rolled the whole call back; `0` is the JSON
+    /// answer (HTTP 200, `success: false`).
+    #[error("refused: {0}")]
+    Refused(String),
+    /// PostgreSQL is down, restarting, or the pool is exhausted.
+    #[error("database unavailable: {0}")]
+    Unavailable(String),
+    /// A concurrent transaction won a serialization or deadlock race.
+    #[error("conflict, retry: {0}")]
+    Conflict(String),
+    /// Any other database error: a bug on our side.
+    #[error("database error: {0}")]
+    Database(tokio_postgres::Error),
+    /// The database answered something this crate does not understand.
+    #[error("unexpected database answer: {0}")]
+    Protocol(String),
+}
+
+impl From<tokio_postgres::Error> for EngineError {
+    fn from(err: tokio_postgres::Error) -> Self {
+        let Some(db) = err.as_db_error() else {
+            // No server error: the connection failed or closed.
+            return EngineError::Unavailable(err.to_string());
+        };
+        let code = db.code().code();
+        match code {
+            "QN400" => EngineError::Rejected {
+                status: 400,
+                body: db.message().to_owned(),
+            },
+            "QN413" => EngineError::Rejected {
+                status: 413,
+                body: db.message().to_owned(),
+            },
+            "QN200" => EngineError::Refused(db.message().to_owned()),
+            "40001" | "40P01" => EngineError::Conflict(db.message().to_owned()),
+            _ if code.starts_with("08") || code.starts_with("57P") || code == "53300" => {
+                EngineError::Unavailable(db.message().to_owned())
+            }
+            _ => EngineError::Database(err),
+        }
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for EngineError {
+    fn from(err: deadpool_postgres::PoolError) -> Self {
+        match err {
+            deadpool_postgres::PoolError::Backend(e) => e.into(),
+            other => EngineError::Unavailable(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The Queen broker engine: the embedded API.
+//!
+//! Every operation is one call to one SQL function (see `sql/functions`), so
+//! one operation is one round trip and every rule is enforced once, in the
+//! database. The functions answer with the wire JSON; this crate hands it on
+//! as [`Json`] without re-encoding it, so payload numbers keep every digit.
+//!
+//! This crate must not hold state that correctness depends on: several
+//! engines (in several processes) may serve one database. The only memory it
+//! keeps is the set of long-poll waiters, which a missed wake-up merely
+//! delays (the waiters poll as a fallback).
+
+mod broker;
+mod config;
+mod error;
+mod migrate;
+mod notifier;
+
+pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
+pub use config::DbConfig;
+pub use error::EngineError;
+pub use migrate::{migrate, MIGRATIONS};
+
+/// A JSON document produced by the database, kept as its exact text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Json(pub String);
+
+impl Json {
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Decodes the document into a typed value.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+}

@@ -1,0 +1,91 @@
+//! Schema migrations: versioned files applied once, then the function files
+//! (`CREATE OR REPLACE`), all under one advisory lock so that brokers
+//! starting together are safe.
+
+use tokio_postgres::Client;
+
+use crate::EngineError;
+
+/// A versioned migration.
+pub struct Migration {
+    /// Applied in ascending order, recorded in `queen.schema_migrations`.
+    pub version: i32,
+    /// File name, for the record.
+    pub name: &'static str,
+    /// The SQL text.
+    pub sql: &'static str,
+}
+
+/// Every versioned migration, in order.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "0001_broker.sql",
+    sql: include_str!("../sql/migrations/0001_broker.sql"),
+}];
+
+/// The SQL functions, one file per area; replaced when their text changes.
+const FUNCTIONS: &[&str] = &[
+    include_str!("../sql/functions/0001_common.sql"),
+    include_str!("../sql/functions/0002_queues.sql"),
+    include_str!("../sql/functions/0003_push.sql"),
+    include_str!("../sql/functions/0004_pop.sql"),
+    include_str!("../sql/functions/0005_ack.sql"),
+    include_str!("../sql/functions/0006_groups.sql"),
+];
+
+/// Arbitrary, fixed: the key of the migration advisory lock.
+const MIGRATION_LOCK: i64 = 0x5155_4545_4e5f_4d49;
+
+/// Brings the database to the current schema. Idempotent.
+pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await?;
+    tx.batch_execute(
+        "CREATE SCHEMA IF NOT EXISTS queen;
+         CREATE TABLE IF NOT EXISTS queen.schema_migrations (
+             version integer PRIMARY KEY,
+             name text NOT NULL,
+             applied_at timestamptz NOT NULL DEFAULT now());
+         CREATE TABLE IF NOT EXISTS queen.schema_functions (
+             digest text PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now());",
+    )
+    .await?;
+    let applied: Vec<i32> = tx
+        .query("SELECT version FROM queen.schema_migrations", &[])
+        .await?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
+        tracing::info!(version = m.version, name = m.name, "applying migration");
+        tx.batch_execute(m.sql).await?;
+        tx.execute(
+            "INSERT INTO queen.schema_migrations (version, name) VALUES ($1, $2)",
+            &[&m.version, &m.name],
+        )
+        .await?;
+    }
+    let all_functions = FUNCTIONS.concat();
+    let current: bool = tx
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM queen.schema_functions WHERE digest = md5($1))",
+            &[&all_functions],
+        )
+        .await?
+        .get(0);
+    if !current {
+        tracing::info!("replacing SQL functions");
+        tx.batch_execute(&all_functions).await?;
+        tx.execute("DELETE FROM queen.schema_functions", &[])
+            .await?;
+        tx.execute(
+            "INSERT INTO queen.schema_functions (digest) VALUES (md5($1))",
+            &[&all_functions],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}

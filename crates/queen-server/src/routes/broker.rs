@@ -1,0 +1,279 @@
+//! Broker core routes: configure, push, pop, ack, lease, transaction, DLQ,
+//! queues and consumer groups.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use queen_engine::{DlqQuery, PopRequest};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::collections::HashMap;
+
+use crate::error::json_response;
+use crate::extract::{json_body, Params};
+use crate::{ApiError, AppState};
+
+type Body = Result<Bytes, BytesRejection>;
+type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
+type Answer = Result<Response, ApiError>;
+
+fn ok(json: queen_engine::Json) -> Response {
+    json_response(StatusCode::OK, json.0)
+}
+
+pub(crate) async fn health(State(app): State<Arc<AppState>>) -> Response {
+    match app.engine.health().await {
+        Ok(()) => json_response(
+            StatusCode::OK,
+            serde_json::json!({"status": "healthy", "database": "connected", "version": env!("CARGO_PKG_VERSION")})
+                .to_string(),
+        ),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+pub(crate) async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    let (size, idle, max) = app.engine.pool_status();
+    json_response(
+        StatusCode::OK,
+        serde_json::json!({
+            "pool": {"size": size, "idle": idle, "max": max},
+            "longPolls": {"queuesWaiting": app.engine.queues_waiting()},
+        })
+        .to_string(),
+    )
+}
+
+pub(crate) async fn not_found() -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        serde_json::json!({"error": "not found", "code": "not_found"}).to_string(),
+    )
+}
+
+pub(crate) async fn configure(State(app): State<Arc<AppState>>, body: Body) -> Answer {
+    Ok(ok(app.engine.configure(json_body(&body)?).await?))
+}
+
+#[derive(Deserialize)]
+struct PushBody<'a> {
+    #[serde(borrow)]
+    items: Option<&'a RawValue>,
+}
+
+pub(crate) async fn push(State(app): State<Arc<AppState>>, body: Body) -> Answer {
+    let text = json_body(&body)?;
+    let parsed: PushBody = serde_json::from_str(text)
+        .map_err(|_| ApiError::bad("body", "must be an object with an items array"))?;
+    let items = parsed
+        .items
+        .ok_or_else(|| ApiError::bad("items", "is required"))?;
+    let result = app.engine.push(items.get()).await?;
+    Ok(json_response(StatusCode::CREATED, result.0))
+}
+
+pub(crate) async fn pop_queue(
+    State(app): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+    query: QueryMap,
+) -> Answer {
+    pop(app, queue, None, Params::from(query)?).await
+}
+
+pub(crate) async fn pop_partition(
+    State(app): State<Arc<AppState>>,
+    Path((queue, partition)): Path<(String, String)>,
+    query: QueryMap,
+) -> Answer {
+    pop(app, queue, Some(partition), Params::from(query)?).await
+}
+
+async fn pop(app: Arc<AppState>, queue: String, partition: Option<String>, p: Params) -> Answer {
+    let batch = p.int("batch", 1, 10_000)?.unwrap_or(100);
+    let req = PopRequest {
+        queue,
+        partition,
+        consumer_group: p.str("consumerGroup").map(str::to_owned),
+        // Checked above to fit.
+        batch: batch as i32,
+        partitions: p.int("partitions", 1, 10_000)?.unwrap_or(1) as i32,
+        lease_seconds: p.int("leaseSeconds", 1, 86_400 * 7)?.map(|v| v as i32),
+        auto_ack: p.bool("autoAck")?.unwrap_or(false),
+        subscription_mode: p.str("subscriptionMode").map(str::to_owned),
+        subscription_from: p.str("subscriptionFrom").map(str::to_owned),
+    };
+    let wait = p.bool("wait")?.unwrap_or(false);
+    let timeout = p
+        .int("timeout", 0, app.config.max_wait_ms as i64)?
+        .unwrap_or(30_000) as u64;
+    let found = if wait {
+        app.engine
+            .pop_wait(&req, Duration::from_millis(timeout))
+            .await?
+    } else {
+        app.engine.pop(&req).await?
+    };
+    Ok(match found {
+        Some(json) => ok(json),
+        None => StatusCode::NO_CONTENT.into_response(),
+    })
+}
+
+#[derive(Deserialize)]
+struct BatchAckBody<'a> {
+    #[serde(borrow)]
+    acknowledgments: Option<&'a RawValue>,
+    #[serde(rename = "consumerGroup")]
+    consumer_group: Option<String>,
+}
+
+pub(crate) async fn ack(State(app): State<Arc<AppState>>, body: Body) -> Answer {
+    let text = json_body(&body)?;
+    // A single ack is a batch of one; the item carries its own group.
+    let items = format!("[{text}]");
+    Ok(ok(app.engine.ack(&items, None).await?))
+}
+
+pub(crate) async fn ack_batch(State(app): State<Arc<AppState>>, body: Body) -> Answer {
+    let text = json_body(&body)?;
+    let parsed: BatchAckBody = serde_json::from_str(text).map_err(|_| {
+        ApiError::bad(
+            "body",
+            "must be an object with an acknowledgments array and an optional consumerGroup string",
+        )
+    })?;
+    let items = parsed
+        .acknowledgments
+        .ok_or_else(|| ApiError::bad("acknowledgments", "is required"))?;
+    Ok(ok(app
+        .engine
+        .ack(items.get(), parsed.consumer_group.as_deref())
+        .await?))
+}
+
+#[derive(Deserialize)]
+struct ExtendBody {
+    seconds: Option<i64>,
+}
+
+pub(crate) async fn extend_lease(
+    State(app): State<Arc<AppState>>,
+    Path(lease): Path<String>,
+    body: Body,
+) -> Answer {
+    // The official client sends no body at all (an empty dict is not sent).
+    let seconds = match &body {
+        Ok(b) if b.iter().all(u8::is_ascii_whitespace) => 60,
+        _ => {
+            let parsed: ExtendBody = serde_json::from_str(json_body(&body)?)
+                .map_err(|_| ApiError::bad("seconds", "must be an integer"))?;
+            match parsed.seconds {
+                None => 60,
+                Some(s) if (1..=86_400 * 7).contains(&s) => s,
+                Some(_) => return Err(ApiError::bad("seconds", "must be from 1 to 604800")),
+            }
+        }
+    };
+    Ok(ok(app.engine.extend_lease(&lease, seconds as i32).await?))
+}
+
+pub(crate) async fn transaction(State(app): State<Arc<AppState>>, body: Body) -> Answer {
+    Ok(ok(app.engine.transaction(json_body(&body)?).await?))
+}
+
+pub(crate) async fn dlq(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
+    let p = Params::from(query)?;
+    let q = DlqQuery {
+        queue: p.str("queue").map(str::to_owned),
+        consumer_group: p.str("consumerGroup").map(str::to_owned),
+        partition: p.str("partition").map(str::to_owned),
+        from: p.str("from").map(str::to_owned),
+        to: p.str("to").map(str::to_owned),
+        limit: p.int("limit", 1, 10_000)?.unwrap_or(100) as i32,
+        offset: p.int("offset", 0, i32::MAX as i64)?.unwrap_or(0) as i32,
+    };
+    Ok(ok(app.engine.dlq(&q).await?))
+}
+
+pub(crate) async fn delete_queue(
+    State(app): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+) -> Answer {
+    Ok(ok(app.engine.delete_queue(&queue).await?))
+}
+
+pub(crate) async fn delete_group(
+    State(app): State<Arc<AppState>>,
+    Path(group): Path<String>,
+    query: QueryMap,
+) -> Answer {
+    let p = Params::from(query)?;
+    let meta = p.bool("deleteMetadata")?.unwrap_or(true);
+    Ok(ok(app
+        .engine
+        .delete_consumer_group(&group, None, meta)
+        .await?))
+}
+
+pub(crate) async fn delete_group_queue(
+    State(app): State<Arc<AppState>>,
+    Path((group, queue)): Path<(String, String)>,
+    query: QueryMap,
+) -> Answer {
+    let p = Params::from(query)?;
+    let meta = p.bool("deleteMetadata")?.unwrap_or(true);
+    Ok(ok(app
+        .engine
+        .delete_consumer_group(&group, Some(&queue), meta)
+        .await?))
+}
+
+#[derive(Deserialize)]
+struct SubscriptionBody {
+    #[serde(rename = "subscriptionTimestamp")]
+    subscription_timestamp: Option<String>,
+}
+
+pub(crate) async fn update_subscription(
+    State(app): State<Arc<AppState>>,
+    Path(group): Path<String>,
+    body: Body,
+) -> Answer {
+    let parsed: SubscriptionBody = serde_json::from_str(json_body(&body)?)
+        .map_err(|_| ApiError::bad("subscriptionTimestamp", "must be an ISO 8601 string"))?;
+    Ok(ok(app
+        .engine
+        .update_subscription(&group, parsed.subscription_timestamp.as_deref())
+        .await?))
+}
+
+#[derive(Deserialize)]
+struct SeekBody {
+    #[serde(rename = "toEnd")]
+    to_end: Option<bool>,
+    timestamp: Option<String>,
+}
+
+pub(crate) async fn seek(
+    State(app): State<Arc<AppState>>,
+    Path((group, queue)): Path<(String, String)>,
+    body: Body,
+) -> Answer {
+    let parsed: SeekBody = serde_json::from_str(json_body(&body)?)
+        .map_err(|_| ApiError::bad("body", "must be {\"toEnd\": true} or {\"timestamp\": ISO}"))?;
+    let result = app
+        .engine
+        .seek(
+            &group,
+            &queue,
+            parsed.to_end.unwrap_or(false),
+            parsed.timestamp.as_deref(),
+        )
+        .await?;
+    Ok(ok(result))
+}

@@ -1,0 +1,49 @@
+//! Route table. One module per area; each handler is wire-to-engine only.
+
+mod broker;
+
+use std::sync::Arc;
+
+use axum::routing::{delete, get, post};
+use axum::Router;
+
+use crate::AppState;
+
+pub(crate) fn router() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/health", get(broker::health))
+        .route("/metrics", get(broker::metrics))
+        .route("/api/v1/configure", post(broker::configure))
+        .route("/api/v1/push", post(broker::push))
+        .route("/api/v1/pop/queue/{queue}", get(broker::pop_queue))
+        .route(
+            "/api/v1/pop/queue/{queue}/partition/{partition}",
+            get(broker::pop_partition),
+        )
+        .route("/api/v1/ack", post(broker::ack))
+        .route("/api/v1/ack/batch", post(broker::ack_batch))
+        .route("/api/v1/lease/{lease}/extend", post(broker::extend_lease))
+        .route("/api/v1/transaction", post(broker::transaction))
+        .route("/api/v1/dlq", get(broker::dlq))
+        .route(
+            "/api/v1/resources/queues/{queue}",
+            delete(broker::delete_queue),
+        )
+        .route(
+            "/api/v1/consumer-groups/{group}",
+            delete(broker::delete_group),
+        )
+        .route(
+            "/api/v1/consumer-groups/{group}/subscription",
+            post(broker::update_subscription),
+        )
+        .route(
+            "/api/v1/consumer-groups/{group}/queues/{queue}",
+            delete(broker::delete_group_queue),
+        )
+        .route(
+            "/api/v1/consumer-groups/{group}/queues/{queue}/seek",
+            post(broker::seek),
+        )
+        .fallback(broker::not_found)
+}

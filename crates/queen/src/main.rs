@@ -1,0 +1,201 @@
+//! The `queen` command: `serve` the HTTP API, `migrate` a database.
+//!
+//! With no database settings at all, `serve` boots a private PostgreSQL
+//! cluster from the system's binaries (see `embedded_pg`).
+
+mod embedded_pg;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use queen_engine::{DbConfig, Engine, EngineError, EngineOptions};
+use queen_server::ServerConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "queen",
+    version,
+    about = "A message broker on PostgreSQL with transactional KV state"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the Queen HTTP API.
+    Serve(ServeArgs),
+    /// Apply the schema migrations and exit.
+    Migrate(DbArgs),
+}
+
+#[derive(Args, Clone)]
+struct DbArgs {
+    /// PostgreSQL URL; wins over the PG_* settings.
+    #[arg(long, env = "QUEEN_DATABASE_URL")]
+    database_url: Option<String>,
+    /// PostgreSQL host (or Unix-socket directory).
+    #[arg(long, env = "PG_HOST")]
+    pg_host: Option<String>,
+    /// PostgreSQL port.
+    #[arg(long, env = "PG_PORT")]
+    pg_port: Option<u16>,
+    /// PostgreSQL user.
+    #[arg(long, env = "PG_USER")]
+    pg_user: Option<String>,
+    /// PostgreSQL password.
+    #[arg(long, env = "PG_PASSWORD", hide_env_values = true)]
+    pg_password: Option<String>,
+    /// PostgreSQL database.
+    #[arg(long, env = "PG_DB")]
+    pg_db: Option<String>,
+    /// Connections in the pool.
+    #[arg(long, env = "DB_POOL_SIZE", default_value_t = 16)]
+    pool_size: usize,
+}
+
+impl DbArgs {
+    /// `None` when nothing at all names a database.
+    fn db_config(&self) -> Option<DbConfig> {
+        let given = self.database_url.is_some()
+            || self.pg_host.is_some()
+            || self.pg_port.is_some()
+            || self.pg_user.is_some()
+            || self.pg_db.is_some();
+        if !given {
+            return None;
+        }
+        let d = DbConfig::default();
+        Some(DbConfig {
+            url: self.database_url.clone(),
+            host: self.pg_host.clone().unwrap_or(d.host),
+            port: self.pg_port.unwrap_or(d.port),
+            user: self.pg_user.clone().unwrap_or(d.user),
+            password: self.pg_password.clone(),
+            dbname: self.pg_db.clone().unwrap_or(d.dbname),
+            pool_size: self.pool_size,
+        })
+    }
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// HTTP port.
+    #[arg(long, env = "PORT", default_value_t = 6632)]
+    port: u16,
+    /// Address to bind.
+    #[arg(long, env = "HOST", default_value = "0.0.0.0")]
+    host: String,
+    /// Data directory of the embedded PostgreSQL (used only without database settings).
+    #[arg(long, env = "QUEEN_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Largest request body in bytes.
+    #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
+    max_body_bytes: usize,
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(args) => serve(args).await,
+            Command::Migrate(args) => {
+                let db = args.db_config().context(
+                    "no database given: pass --database-url or set QUEEN_DATABASE_URL / PG_HOST",
+                )?;
+                let engine = Engine::connect(&db, EngineOptions::default())?;
+                engine.migrate().await?;
+                engine.close();
+                println!("migrations applied");
+                Ok(())
+            }
+        }
+    })
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let (db, embedded) = match args.db.db_config() {
+        Some(db) => (db, None),
+        None => {
+            let dir = match args.data_dir.clone() {
+                Some(d) => d,
+                None => embedded_pg::default_data_dir()?,
+            };
+            let pg = embedded_pg::EmbeddedPostgres::start(&dir).await?;
+            let mut db = pg.db_config();
+            db.pool_size = args.db.pool_size;
+            (db, Some(pg))
+        }
+    };
+    let result = run_broker(&args, &db).await;
+    if let Some(pg) = embedded {
+        pg.stop().await;
+    }
+    result
+}
+
+async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
+    let engine = Arc::new(Engine::connect(db, EngineOptions::default())?);
+    // A database that is still starting is waited for; anything else is fatal.
+    let mut attempts = 0;
+    loop {
+        match engine.migrate().await {
+            Ok(()) => break,
+            Err(EngineError::Unavailable(e)) if attempts < 60 => {
+                attempts += 1;
+                tracing::warn!(error = %e, "database not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e).context("migrating the database"),
+        }
+    }
+    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
+        .parse()
+        .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    tracing::info!(%addr, "queen is serving");
+    let config = ServerConfig {
+        max_body_bytes: args.max_body_bytes,
+        ..ServerConfig::default()
+    };
+    queen_server::serve(listener, engine, config, shutdown_signal()).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            // Without signal handlers, run until killed.
+            std::future::pending::<()>().await;
+        }
+    }
+}
