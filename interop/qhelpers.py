@@ -31,7 +31,6 @@ import signal
 import time
 import uuid
 from typing import Any, Awaitable, Callable, Dict, List, Optional
-from urllib.parse import urlsplit
 
 import httpx
 from queen import Queen
@@ -224,8 +223,3 @@ async def push(q: Queen, queue: str, payloads: List[Any], *, partition: Optional
     for r in res:
         assert r.get("status") == "queued", f"push item not queued: {r}"
     return res
-
-
-def kv_error_of(excinfo: Any) -> Any:
-    """The KvError inside a pytest.raises ExceptionInfo (for readable asserts)."""
-    return excinfo.value

@@ -1,5 +1,6 @@
 //! The engine: one method per API operation, each one SQL function call.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,12 +21,21 @@ pub struct EngineOptions {
     /// How often a long poll re-checks without a notification (lease
     /// expiry, delayed messages and missed notifications rely on it).
     pub poll_interval: Duration,
+    /// Byte ceiling of one multi-key KV read (`QUEEN_KV_MAX_READ_BYTES`).
+    pub kv_max_read_bytes: i64,
+    /// How often the KV sweeper runs; `None` disables it.
+    pub kv_sweep_interval: Option<Duration>,
+    /// Rows the sweeper deletes per statement.
+    pub kv_sweep_batch: i32,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             poll_interval: Duration::from_millis(250),
+            kv_max_read_bytes: 4 * 1024 * 1024,
+            kv_sweep_interval: Some(Duration::from_secs(30)),
+            kv_sweep_batch: 1000,
         }
     }
 }
@@ -79,6 +89,7 @@ pub struct Engine {
     waiters: Arc<Waiters>,
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
+    kv_pruned: Arc<AtomicU64>,
 }
 
 impl Engine {
@@ -87,13 +98,25 @@ impl Engine {
         let pool = db.pool()?;
         let waiters = Arc::new(Waiters::default());
         let (shutdown, shutdown_rx) = watch::channel(false);
-        tokio::spawn(notifier::run(db.pg_config()?, waiters.clone(), shutdown_rx));
-        Ok(Engine {
-            pool,
-            waiters,
-            shutdown,
-            options,
-        })
+        tokio::spawn(notifier::run(db.pg_config()?, waiters.clone(), shutdown_rx.clone()));
+        let kv_pruned = Arc::new(AtomicU64::new(0));
+        if let Some(every) = options.kv_sweep_interval {
+            tokio::spawn(sweep(pool.clone(), every, options.kv_sweep_batch, kv_pruned.clone(), shutdown_rx));
+        }
+        Ok(Engine { pool, waiters, shutdown, options, kv_pruned })
+    }
+
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    pub(crate) fn kv_max_read_bytes(&self) -> i64 {
+        self.options.kv_max_read_bytes
+    }
+
+    /// Expired KV rows the sweeper of this engine has deleted.
+    pub fn kv_rows_pruned(&self) -> u64 {
+        self.kv_pruned.load(Ordering::Relaxed)
     }
 
     /// Applies the migrations (idempotent, safe with concurrent brokers).
@@ -132,7 +155,7 @@ impl Engine {
         Ok(row.try_get::<_, Option<String>>(0)?)
     }
 
-    async fn call_json(
+    pub(crate) async fn call_json(
         &self,
         sql: &'static str,
         params: &[&(dyn ToSql + Sync)],
@@ -145,14 +168,12 @@ impl Engine {
 
     /// Creates or reconfigures a queue; `body` is the configure request JSON.
     pub async fn configure(&self, body: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.configure($1::text::json)::text", &[&body])
-            .await
+        self.call_json("SELECT queen.configure($1::text::json)::text", &[&body]).await
     }
 
     /// Pushes a JSON array of items; answers the per-item results array.
     pub async fn push(&self, items: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.push($1::text::json)::text", &[&items])
-            .await
+        self.call_json("SELECT queen.push($1::text::json)::text", &[&items]).await
     }
 
     /// One pop attempt; `None` when nothing is deliverable now.
@@ -179,11 +200,7 @@ impl Engine {
     /// Long poll: pops until a message is delivered, `timeout` passes, or the
     /// engine shuts down. Woken by push notifications, with polling as the
     /// fallback.
-    pub async fn pop_wait(
-        &self,
-        req: &PopRequest,
-        timeout: Duration,
-    ) -> Result<Option<Json>, EngineError> {
+    pub async fn pop_wait(&self, req: &PopRequest, timeout: Duration) -> Result<Option<Json>, EngineError> {
         let deadline = Instant::now() + timeout;
         let handle = self.waiters.handle(&req.queue);
         let mut shutdown = self.shutdown.subscribe();
@@ -214,34 +231,23 @@ impl Engine {
     }
 
     /// Acks (a JSON array of acknowledgments) as offset commits.
-    pub async fn ack(
-        &self,
-        items: &str,
-        consumer_group: Option<&str>,
-    ) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.ack($1::text::json, $2)::text",
-            &[&items, &consumer_group],
-        )
-        .await
+    pub async fn ack(&self, items: &str, consumer_group: Option<&str>) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.ack($1::text::json, $2)::text", &[&items, &consumer_group]).await
     }
 
     /// Extends every partition lease held under `lease_id`.
     pub async fn extend_lease(&self, lease_id: &str, seconds: i32) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.extend_lease($1, $2)::text",
-            &[&lease_id, &seconds],
-        )
-        .await
+        self.call_json("SELECT queen.extend_lease($1, $2)::text", &[&lease_id, &seconds]).await
     }
 
-    /// Pushes and acks in one commit. A refused bundle is
+    /// Pushes, acks and KV operations in one commit. A refused bundle (a
+    /// rejected ack, a duplicate push, a lost `required` precondition) is
     /// `Err(EngineError::Refused(body))` and changed nothing.
     pub async fn transaction(&self, body: &str) -> Result<Json, EngineError> {
         let tx_id = uuid::Uuid::new_v4().to_string();
         self.call_json(
-            "SELECT queen.transaction($1::text::json, $2)::text",
-            &[&body, &tx_id],
+            "SELECT queen.transaction($1::text::json, $2, $3)::text",
+            &[&body, &tx_id, &self.options.kv_max_read_bytes],
         )
         .await
     }
@@ -250,23 +256,14 @@ impl Engine {
     pub async fn dlq(&self, q: &DlqQuery) -> Result<Json, EngineError> {
         self.call_json(
             "SELECT queen.dlq_list($1, $2, $3, $4, $5, $6, $7)::text",
-            &[
-                &q.queue,
-                &q.consumer_group,
-                &q.partition,
-                &q.from,
-                &q.to,
-                &q.limit,
-                &q.offset,
-            ],
+            &[&q.queue, &q.consumer_group, &q.partition, &q.from, &q.to, &q.limit, &q.offset],
         )
         .await
     }
 
     /// Deletes a queue with its partitions, messages, cursors and dead letters.
     pub async fn delete_queue(&self, queue: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.delete_queue($1)::text", &[&queue])
-            .await
+        self.call_json("SELECT queen.delete_queue($1)::text", &[&queue]).await
     }
 
     /// Deletes a group's cursors (on one queue or all), optionally its registration.
@@ -289,11 +286,7 @@ impl Engine {
         group: &str,
         timestamp: Option<&str>,
     ) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.update_subscription($1, $2)::text",
-            &[&group, &timestamp],
-        )
-        .await
+        self.call_json("SELECT queen.update_subscription($1, $2)::text", &[&group, &timestamp]).await
     }
 
     /// Moves a group's cursors on a queue to the end or to a timestamp.
@@ -304,11 +297,8 @@ impl Engine {
         to_end: bool,
         timestamp: Option<&str>,
     ) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.seek($1, $2, $3, $4)::text",
-            &[&group, &queue, &to_end, &timestamp],
-        )
-        .await
+        self.call_json("SELECT queen.seek($1, $2, $3, $4)::text", &[&group, &queue, &to_end, &timestamp])
+            .await
     }
 
     /// Wakes every long poll (they answer empty) and stops the listener.
@@ -320,5 +310,43 @@ impl Engine {
     pub fn close(&self) {
         self.shutdown();
         self.pool.close();
+    }
+}
+
+/// The KV sweeper: deletes expired rows in bounded batches. Safe with many
+/// brokers (the SQL skips locked rows) and invisible to reads (expired rows
+/// are already absent by predicate).
+async fn sweep(
+    pool: Pool,
+    every: Duration,
+    batch: i32,
+    pruned: Arc<AtomicU64>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => return,
+        }
+        loop {
+            let step = async {
+                let client = pool.get().await.map_err(EngineError::from)?;
+                let stmt = client.prepare_cached("SELECT queen.kv_sweep($1)").await?;
+                let n: i32 = client.query_one(&stmt, &[&batch]).await?.try_get(0)?;
+                Ok::<i32, EngineError>(n)
+            };
+            match step.await {
+                Ok(n) => {
+                    pruned.fetch_add(n.max(0) as u64, Ordering::Relaxed);
+                    if n < batch || *shutdown.borrow() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "kv sweep failed; will retry");
+                    break;
+                }
+            }
+        }
     }
 }

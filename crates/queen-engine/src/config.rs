@@ -49,10 +49,7 @@ impl DbConfig {
                 .map_err(|e| EngineError::Unavailable(format!("bad database URL: {e}")))?,
             None => {
                 let mut cfg = tokio_postgres::Config::new();
-                cfg.host(&self.host)
-                    .port(self.port)
-                    .user(&self.user)
-                    .dbname(&self.dbname);
+                cfg.host(&self.host).port(self.port).user(&self.user).dbname(&self.dbname);
                 if let Some(pw) = &self.password {
                     cfg.password(pw);
                 }
@@ -70,9 +67,7 @@ impl DbConfig {
         let manager = Manager::from_config(
             self.pg_config()?,
             NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
         );
         Pool::builder(manager)
             .max_size(self.pool_size.max(1))

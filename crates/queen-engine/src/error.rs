@@ -42,15 +42,19 @@ impl From<tokio_postgres::Error> for EngineError {
         };
         let code = db.code().code();
         match code {
-            "QN400" => EngineError::Rejected {
-                status: 400,
-                body: db.message().to_owned(),
-            },
-            "QN413" => EngineError::Rejected {
-                status: 413,
-                body: db.message().to_owned(),
-            },
+            "QN400" => EngineError::Rejected { status: 400, body: db.message().to_owned() },
+            "QN413" => EngineError::Rejected { status: 413, body: db.message().to_owned() },
             "QN200" => EngineError::Refused(db.message().to_owned()),
+            // Text PostgreSQL cannot hold: \u0000 or a lone surrogate in a JSON string.
+            "22P05" | "22021" => EngineError::Rejected {
+                status: 400,
+                body: serde_json::json!({
+                    "error": "body contains a string PostgreSQL cannot store (\\u0000 or a lone surrogate)",
+                    "code": "bad_request",
+                    "detail": db.message(),
+                })
+                .to_string(),
+            },
             "40001" | "40P01" => EngineError::Conflict(db.message().to_owned()),
             _ if code.starts_with("08") || code.starts_with("57P") || code == "53300" => {
                 EngineError::Unavailable(db.message().to_owned())

@@ -13,13 +13,15 @@
 mod broker;
 mod config;
 mod error;
+mod kv;
 mod migrate;
 mod notifier;
 
 pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
 pub use config::DbConfig;
 pub use error::EngineError;
-pub use migrate::{migrate, MIGRATIONS};
+pub use kv::{ops_to_wire, Expect, Expiry, KvOp, KvOutcome, KvResult, KvRow, PreconditionLost};
+pub use migrate::{migrate, schema_digest, MIGRATIONS};
 
 /// A JSON document produced by the database, kept as its exact text.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,11 +17,10 @@ pub struct Migration {
 }
 
 /// Every versioned migration, in order.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "0001_broker.sql",
-    sql: include_str!("../sql/migrations/0001_broker.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration { version: 1, name: "0001_broker.sql", sql: include_str!("../sql/migrations/0001_broker.sql") },
+    Migration { version: 2, name: "0002_kv.sql", sql: include_str!("../sql/migrations/0002_kv.sql") },
+];
 
 /// The SQL functions, one file per area; replaced when their text changes.
 const FUNCTIONS: &[&str] = &[
@@ -31,7 +30,22 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0004_pop.sql"),
     include_str!("../sql/functions/0005_ack.sql"),
     include_str!("../sql/functions/0006_groups.sql"),
+    include_str!("../sql/functions/0007_kv.sql"),
+    include_str!("../sql/functions/0008_kv_batch.sql"),
+    include_str!("../sql/functions/0009_transaction.sql"),
 ];
+
+/// A digest of every migration and function file: equal digests mean equal
+/// schemas, so a migrated template database can be reused by tests.
+pub fn schema_digest() -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for m in MIGRATIONS {
+        m.sql.hash(&mut h);
+    }
+    FUNCTIONS.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
 
 /// Arbitrary, fixed: the key of the migration advisory lock.
 const MIGRATION_LOCK: i64 = 0x5155_4545_4e5f_4d49;
@@ -39,8 +53,7 @@ const MIGRATION_LOCK: i64 = 0x5155_4545_4e5f_4d49;
 /// Brings the database to the current schema. Idempotent.
 pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-        .await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
     tx.batch_execute(
         "CREATE SCHEMA IF NOT EXISTS queen;
          CREATE TABLE IF NOT EXISTS queen.schema_migrations (
@@ -78,13 +91,8 @@ pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
     if !current {
         tracing::info!("replacing SQL functions");
         tx.batch_execute(&all_functions).await?;
-        tx.execute("DELETE FROM queen.schema_functions", &[])
-            .await?;
-        tx.execute(
-            "INSERT INTO queen.schema_functions (digest) VALUES (md5($1))",
-            &[&all_functions],
-        )
-        .await?;
+        tx.execute("DELETE FROM queen.schema_functions", &[]).await?;
+        tx.execute("INSERT INTO queen.schema_functions (digest) VALUES (md5($1))", &[&all_functions]).await?;
     }
     tx.commit().await?;
     Ok(())

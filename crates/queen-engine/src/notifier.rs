@@ -37,10 +37,7 @@ impl Waiters {
 
     /// Number of queues with at least one waiter.
     pub(crate) fn queues_waiting(&self) -> usize {
-        self.by_queue
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.by_queue.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     fn wake(&self, payload: &str) {
@@ -79,8 +76,7 @@ pub(crate) async fn run(
             Ok((client, mut connection)) => {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
                 let pump = tokio::spawn(async move {
-                    let mut messages =
-                        futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+                    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
                     while let Some(msg) = messages.next().await {
                         match msg {
                             Ok(AsyncMessage::Notification(n)) => {

@@ -27,10 +27,7 @@ pub enum ApiError {
 impl ApiError {
     /// A 400 naming `field`.
     pub fn bad(field: impl Into<String>, problem: impl Into<String>) -> Self {
-        ApiError::BadRequest {
-            field: field.into(),
-            problem: problem.into(),
-        }
+        ApiError::BadRequest { field: field.into(), problem: problem.into() }
     }
 }
 
@@ -42,15 +39,7 @@ impl From<EngineError> for ApiError {
 
 /// A JSON text answered as is.
 pub(crate) fn json_response(status: StatusCode, body: String) -> Response {
-    (
-        status,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 impl IntoResponse for ApiError {
@@ -70,10 +59,9 @@ impl IntoResponse for ApiError {
                 });
                 json_response(StatusCode::PAYLOAD_TOO_LARGE, body.to_string())
             }
-            ApiError::Engine(EngineError::Rejected { status, body }) => json_response(
-                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
-                body,
-            ),
+            ApiError::Engine(EngineError::Rejected { status, body }) => {
+                json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), body)
+            }
             ApiError::Engine(EngineError::Refused(body)) => json_response(StatusCode::OK, body),
             ApiError::Engine(e @ (EngineError::Unavailable(_) | EngineError::Conflict(_))) => {
                 tracing::warn!(error = %e, "answering 503");
@@ -82,8 +70,7 @@ impl IntoResponse for ApiError {
                     "detail": "the broker cannot reach PostgreSQL right now",
                 });
                 let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 resp
             }
             ApiError::Engine(e) => {

@@ -28,18 +28,12 @@ pub(crate) fn json_body(body: &Result<Bytes, BytesRejection>) -> Result<&str, Ap
 pub(crate) struct Params(pub HashMap<String, String>);
 
 impl Params {
-    pub(crate) fn from(
-        q: Result<Query<HashMap<String, String>>, QueryRejection>,
-    ) -> Result<Self, ApiError> {
-        q.map(|Query(m)| Params(m))
-            .map_err(|e| ApiError::bad("query", format!("could not be parsed: {e}")))
+    pub(crate) fn from(q: Result<Query<HashMap<String, String>>, QueryRejection>) -> Result<Self, ApiError> {
+        q.map(|Query(m)| Params(m)).map_err(|e| ApiError::bad("query", format!("could not be parsed: {e}")))
     }
 
     pub(crate) fn str(&self, name: &str) -> Option<&str> {
-        self.0
-            .get(name)
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
+        self.0.get(name).map(String::as_str).filter(|s| !s.is_empty())
     }
 
     pub(crate) fn bool(&self, name: &str) -> Result<Option<bool>, ApiError> {
@@ -56,10 +50,7 @@ impl Params {
             None => Ok(None),
             Some(s) => match s.parse::<i64>() {
                 Ok(v) if (min..=max).contains(&v) => Ok(Some(v)),
-                _ => Err(ApiError::bad(
-                    name,
-                    format!("must be an integer from {min} to {max}"),
-                )),
+                _ => Err(ApiError::bad(name, format!("must be an integer from {min} to {max}"))),
             },
         }
     }

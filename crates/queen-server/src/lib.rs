@@ -30,10 +30,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig {
-            max_body_bytes: 32 * 1024 * 1024,
-            max_wait_ms: 10 * 60 * 1000,
-        }
+        ServerConfig { max_body_bytes: 32 * 1024 * 1024, max_wait_ms: 10 * 60 * 1000 }
     }
 }
 
@@ -46,9 +43,7 @@ pub(crate) struct AppState {
 /// The whole API as an axum router.
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let limit = config.max_body_bytes;
-    routes::router()
-        .with_state(Arc::new(AppState { engine, config }))
-        .layer(DefaultBodyLimit::max(limit))
+    routes::router().with_state(Arc::new(AppState { engine, config })).layer(DefaultBodyLimit::max(limit))
 }
 
 /// Serves until `shutdown` resolves, then wakes the long polls, lets

@@ -42,9 +42,7 @@ pub fn default_data_dir() -> anyhow::Result<PathBuf> {
 
 fn running_as_root() -> bool {
     // /proc/self belongs to the effective user.
-    std::fs::metadata("/proc/self")
-        .map(|m| m.uid() == 0)
-        .unwrap_or(false)
+    std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false)
 }
 
 /// uid and gid of a local account, from /etc/passwd.
@@ -107,29 +105,16 @@ impl EmbeddedPostgres {
         for d in [dir, data.as_path(), socket.as_path()] {
             std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
             if let Some((uid, gid)) = owner {
-                chown(d, Some(uid), Some(gid))
-                    .with_context(|| format!("cannot chown {}", d.display()))?;
+                chown(d, Some(uid), Some(gid)).with_context(|| format!("cannot chown {}", d.display()))?;
             }
         }
-        let mut pg = EmbeddedPostgres {
-            bin,
-            data,
-            socket,
-            owner,
-            started_here: false,
-        };
+        let mut pg = EmbeddedPostgres { bin, data, socket, owner, started_here: false };
         if !pg.data.join("PG_VERSION").exists() {
             tracing::info!(dir = %pg.data.display(), "initialising a private PostgreSQL cluster");
             let auth_user = format!("--username={USER}");
             let out = pg
                 .command("initdb")
-                .args([
-                    "--auth=trust",
-                    "--encoding=UTF8",
-                    "--locale=C",
-                    auth_user.as_str(),
-                    "-D",
-                ])
+                .args(["--auth=trust", "--encoding=UTF8", "--locale=C", auth_user.as_str(), "-D"])
                 .arg(&pg.data)
                 .output()
                 .context("cannot run initdb")?;
@@ -137,12 +122,7 @@ impl EmbeddedPostgres {
                 bail!("initdb failed:\n{}", String::from_utf8_lossy(&out.stderr));
             }
         }
-        let running = pg
-            .command("pg_ctl")
-            .arg("status")
-            .arg("-D")
-            .arg(&pg.data)
-            .output()?;
+        let running = pg.command("pg_ctl").arg("status").arg("-D").arg(&pg.data).output()?;
         if running.status.success() {
             tracing::info!("reusing the private PostgreSQL that is already running");
         } else {
@@ -207,15 +187,7 @@ impl EmbeddedPostgres {
         if !self.started_here {
             return;
         }
-        match self
-            .command("pg_ctl")
-            .arg("stop")
-            .arg("-m")
-            .arg("fast")
-            .arg("-D")
-            .arg(&self.data)
-            .output()
-        {
+        match self.command("pg_ctl").arg("stop").arg("-m").arg("fast").arg("-D").arg(&self.data).output() {
             Ok(out) if out.status.success() => tracing::info!("private PostgreSQL stopped"),
             Ok(out) => {
                 tracing::warn!(stderr = %String::from_utf8_lossy(&out.stderr), "pg_ctl stop failed")

@@ -16,11 +16,7 @@ use queen_engine::{DbConfig, Engine, EngineError, EngineOptions};
 use queen_server::ServerConfig;
 
 #[derive(Parser)]
-#[command(
-    name = "queen",
-    version,
-    about = "A message broker on PostgreSQL with transactional KV state"
-)]
+#[command(name = "queen", version, about = "A message broker on PostgreSQL with transactional KV state")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -96,6 +92,15 @@ struct ServeArgs {
     /// Data directory of the embedded PostgreSQL (used only without database settings).
     #[arg(long, env = "QUEEN_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Byte ceiling of one multi-key KV read.
+    #[arg(long, env = "QUEEN_KV_MAX_READ_BYTES", default_value_t = 4 * 1024 * 1024)]
+    kv_max_read_bytes: i64,
+    /// Milliseconds between KV sweeps of expired rows (0 disables the sweeper).
+    #[arg(long, env = "QUEEN_KV_SWEEP_INTERVAL_MS", default_value_t = 30_000)]
+    kv_sweep_interval_ms: u64,
+    /// Expired rows deleted per sweep statement.
+    #[arg(long, env = "QUEEN_KV_SWEEP_BATCH", default_value_t = 1000)]
+    kv_sweep_batch: i32,
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -109,16 +114,14 @@ fn main() -> anyhow::Result<()> {
         )
         .init();
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve(args).await,
             Command::Migrate(args) => {
-                let db = args.db_config().context(
-                    "no database given: pass --database-url or set QUEEN_DATABASE_URL / PG_HOST",
-                )?;
+                let db = args
+                    .db_config()
+                    .context("no database given: pass --database-url or set QUEEN_DATABASE_URL / PG_HOST")?;
                 let engine = Engine::connect(&db, EngineOptions::default())?;
                 engine.migrate().await?;
                 engine.close();
@@ -151,7 +154,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
-    let engine = Arc::new(Engine::connect(db, EngineOptions::default())?);
+    let options = EngineOptions {
+        kv_max_read_bytes: args.kv_max_read_bytes,
+        kv_sweep_interval: (args.kv_sweep_interval_ms > 0)
+            .then(|| Duration::from_millis(args.kv_sweep_interval_ms)),
+        kv_sweep_batch: args.kv_sweep_batch.max(1),
+        ..EngineOptions::default()
+    };
+    let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.
     let mut attempts = 0;
     loop {
@@ -168,14 +178,10 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let listener =
+        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, "queen is serving");
-    let config = ServerConfig {
-        max_body_bytes: args.max_body_bytes,
-        ..ServerConfig::default()
-    };
+    let config = ServerConfig { max_body_bytes: args.max_body_bytes, ..ServerConfig::default() };
     queen_server::serve(listener, engine, config, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
@@ -183,10 +189,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {}

@@ -105,10 +105,6 @@ BEGIN
           'error', 'unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers',
           'leaseReleased', false, 'dlq', false, 'noop', false);
         v_failed := v_failed + 1;
-      ELSIF it.lease IS NOT NULL AND (v_live IS NULL OR v_live <> lower(it.lease)) THEN
-        v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
-          'error', 'invalid or expired lease', 'leaseReleased', false, 'dlq', false, 'noop', false);
-        v_failed := v_failed + 1;
       ELSIF it.seq < cur.next_seq THEN
         IF it.status = 'completed' THEN
           v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', true,
@@ -122,6 +118,12 @@ BEGIN
             'leaseReleased', false, 'dlq', false, 'noop', false);
           v_failed := v_failed + 1;
         END IF;
+      -- After the below-cursor verdicts: clients re-ack with the lease the
+      -- message was delivered under, which is gone by then.
+      ELSIF it.lease IS NOT NULL AND (v_live IS NULL OR v_live <> lower(it.lease)) THEN
+        v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
+          'error', 'invalid or expired lease', 'leaseReleased', false, 'dlq', false, 'noop', false);
+        v_failed := v_failed + 1;
       ELSE
         v_ords := v_ords || it.ord; v_seqs := v_seqs || it.seq;
         v_stats := v_stats || it.status; v_errs := v_errs || it.err;
@@ -190,109 +192,4 @@ BEGIN
   END LOOP;
 
   RETURN (SELECT json_agg(r ORDER BY n) FROM unnest(v_res) WITH ORDINALITY u(r, n));
-END $$;
-
--- POST /api/v1/transaction: pushes and acks in one commit, results in one
--- flat index space (every pushed item, then... in operations order).
--- Lock order: partitions of the pushes, then cursors of the acks (by
--- partition id), so overlapping bundles cannot deadlock.
-CREATE OR REPLACE FUNCTION queen.transaction(p_body json, p_tx_id text) RETURNS json
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_ops json;
-  v_push_items json[] := '{}';
-  v_push_slots integer[] := '{}';
-  v_ack_items json[] := '{}';
-  v_ack_slots integer[] := '{}';
-  v_leases text[] := '{}';
-  v_lent text;
-  v_slot integer := 0;
-  op record;
-  v_item json;
-  v_push json := '[]';
-  v_ack json := '[]';
-  v_results jsonb[];
-  r record;
-BEGIN
-  IF json_typeof(p_body) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.bad_request('body', 'must be a JSON object');
-  END IF;
-  v_ops := p_body -> 'operations';
-  IF json_typeof(v_ops) IS DISTINCT FROM 'array' THEN
-    PERFORM queen.bad_request('operations', 'is required and must be an array');
-  END IF;
-  IF json_typeof(p_body -> 'requiredLeases') NOT IN ('array', 'null') THEN
-    PERFORM queen.bad_request('requiredLeases', 'must be an array of strings');
-  END IF;
-
-  FOR op IN SELECT e.item, e.ord - 1 AS idx FROM json_array_elements(v_ops) WITH ORDINALITY e(item, ord) LOOP
-    IF json_typeof(op.item) <> 'object' THEN
-      PERFORM queen.bad_request('operations[' || op.idx || ']', 'must be an object');
-    END IF;
-    CASE op.item ->> 'type'
-      WHEN 'push' THEN
-        IF json_typeof(op.item -> 'items') IS DISTINCT FROM 'array' THEN
-          PERFORM queen.bad_request('operations[' || op.idx || '].items', 'is required and must be an array');
-        END IF;
-        FOR v_item IN SELECT json_array_elements(op.item -> 'items') LOOP
-          v_push_items := v_push_items || v_item;
-          v_push_slots := v_push_slots || v_slot;
-          v_slot := v_slot + 1;
-        END LOOP;
-      WHEN 'ack' THEN
-        v_ack_items := v_ack_items || op.item;
-        v_ack_slots := v_ack_slots || v_slot;
-        v_slot := v_slot + 1;
-        IF json_typeof(op.item -> 'leaseId') = 'string' AND op.item ->> 'leaseId' <> '' THEN
-          v_leases := v_leases || lower(op.item ->> 'leaseId');
-        END IF;
-      ELSE
-        PERFORM queen.bad_request('operations[' || op.idx || '].type', 'must be "push" or "ack"');
-    END CASE;
-  END LOOP;
-  IF v_slot = 0 THEN
-    PERFORM queen.bad_request('operations', 'Transaction has no operations to commit');
-  END IF;
-
-  -- requiredLeases lends its lease to lease-less acks only when the bundle
-  -- names exactly one distinct lease.
-  SELECT array_agg(DISTINCT l) INTO v_leases FROM (
-    SELECT unnest(v_leases) AS l
-    UNION ALL
-    SELECT lower(x) FROM json_array_elements_text(coalesce(p_body -> 'requiredLeases', '[]')) x WHERE x <> ''
-  ) s;
-  IF coalesce(array_length(v_leases, 1), 0) = 1 THEN
-    v_lent := v_leases[1];
-  END IF;
-
-  IF array_length(v_push_items, 1) > 0 THEN
-    v_push := queen.push(array_to_json(v_push_items));
-    SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
-    IF r.x IS NOT NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
-        'transactionId', p_tx_id, 'success', false, 'reason', 'duplicate', 'results', '[]'::json,
-        'error', CASE WHEN r.x ->> 'status' = 'duplicate'
-          THEN 'QDUP item ' || (r.x ->> 'index') || ' (transactionId ' || (r.x ->> 'transaction_id')
-               || ') is a duplicate inside the dedup window; the transaction rolled back'
-          ELSE coalesce(r.x ->> 'error', 'push failed') || '; the transaction rolled back' END)::text;
-    END IF;
-  END IF;
-  IF array_length(v_ack_items, 1) > 0 THEN
-    v_ack := queen.ack(array_to_json(v_ack_items), NULL, p_tx_id, v_lent);
-  END IF;
-
-  v_results := array_fill(NULL::jsonb, ARRAY[v_slot]);
-  FOR r IN SELECT e.x, e.n FROM json_array_elements(v_push) WITH ORDINALITY e(x, n) LOOP
-    v_results[v_push_slots[r.n] + 1] := jsonb_build_object('index', v_push_slots[r.n], 'type', 'push',
-      'success', true, 'transactionId', r.x ->> 'transaction_id', 'messageId', r.x ->> 'message_id',
-      'queueName', r.x ->> 'queueName');
-  END LOOP;
-  FOR r IN SELECT e.x, e.n FROM json_array_elements(v_ack) WITH ORDINALITY e(x, n) LOOP
-    v_results[v_ack_slots[r.n] + 1] := jsonb_build_object('index', v_ack_slots[r.n], 'type', 'ack',
-      'success', true, 'transactionId', r.x ->> 'transactionId', 'error', NULL,
-      'dlq', (r.x ->> 'dlq')::boolean);
-  END LOOP;
-
-  RETURN json_build_object('transactionId', p_tx_id, 'success', true,
-    'results', (SELECT json_agg(x ORDER BY n) FROM unnest(v_results) WITH ORDINALITY u(x, n)));
 END $$;

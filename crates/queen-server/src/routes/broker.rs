@@ -18,7 +18,7 @@ use crate::error::json_response;
 use crate::extract::{json_body, Params};
 use crate::{ApiError, AppState};
 
-type Body = Result<Bytes, BytesRejection>;
+pub(crate) type Body = Result<Bytes, BytesRejection>;
 type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
 type Answer = Result<Response, ApiError>;
 
@@ -70,9 +70,7 @@ pub(crate) async fn push(State(app): State<Arc<AppState>>, body: Body) -> Answer
     let text = json_body(&body)?;
     let parsed: PushBody = serde_json::from_str(text)
         .map_err(|_| ApiError::bad("body", "must be an object with an items array"))?;
-    let items = parsed
-        .items
-        .ok_or_else(|| ApiError::bad("items", "is required"))?;
+    let items = parsed.items.ok_or_else(|| ApiError::bad("items", "is required"))?;
     let result = app.engine.push(items.get()).await?;
     Ok(json_response(StatusCode::CREATED, result.0))
 }
@@ -108,13 +106,9 @@ async fn pop(app: Arc<AppState>, queue: String, partition: Option<String>, p: Pa
         subscription_from: p.str("subscriptionFrom").map(str::to_owned),
     };
     let wait = p.bool("wait")?.unwrap_or(false);
-    let timeout = p
-        .int("timeout", 0, app.config.max_wait_ms as i64)?
-        .unwrap_or(30_000) as u64;
+    let timeout = p.int("timeout", 0, app.config.max_wait_ms as i64)?.unwrap_or(30_000) as u64;
     let found = if wait {
-        app.engine
-            .pop_wait(&req, Duration::from_millis(timeout))
-            .await?
+        app.engine.pop_wait(&req, Duration::from_millis(timeout)).await?
     } else {
         app.engine.pop(&req).await?
     };
@@ -147,13 +141,8 @@ pub(crate) async fn ack_batch(State(app): State<Arc<AppState>>, body: Body) -> A
             "must be an object with an acknowledgments array and an optional consumerGroup string",
         )
     })?;
-    let items = parsed
-        .acknowledgments
-        .ok_or_else(|| ApiError::bad("acknowledgments", "is required"))?;
-    Ok(ok(app
-        .engine
-        .ack(items.get(), parsed.consumer_group.as_deref())
-        .await?))
+    let items = parsed.acknowledgments.ok_or_else(|| ApiError::bad("acknowledgments", "is required"))?;
+    Ok(ok(app.engine.ack(items.get(), parsed.consumer_group.as_deref()).await?))
 }
 
 #[derive(Deserialize)]
@@ -200,10 +189,7 @@ pub(crate) async fn dlq(State(app): State<Arc<AppState>>, query: QueryMap) -> An
     Ok(ok(app.engine.dlq(&q).await?))
 }
 
-pub(crate) async fn delete_queue(
-    State(app): State<Arc<AppState>>,
-    Path(queue): Path<String>,
-) -> Answer {
+pub(crate) async fn delete_queue(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
     Ok(ok(app.engine.delete_queue(&queue).await?))
 }
 
@@ -214,10 +200,7 @@ pub(crate) async fn delete_group(
 ) -> Answer {
     let p = Params::from(query)?;
     let meta = p.bool("deleteMetadata")?.unwrap_or(true);
-    Ok(ok(app
-        .engine
-        .delete_consumer_group(&group, None, meta)
-        .await?))
+    Ok(ok(app.engine.delete_consumer_group(&group, None, meta).await?))
 }
 
 pub(crate) async fn delete_group_queue(
@@ -227,10 +210,7 @@ pub(crate) async fn delete_group_queue(
 ) -> Answer {
     let p = Params::from(query)?;
     let meta = p.bool("deleteMetadata")?.unwrap_or(true);
-    Ok(ok(app
-        .engine
-        .delete_consumer_group(&group, Some(&queue), meta)
-        .await?))
+    Ok(ok(app.engine.delete_consumer_group(&group, Some(&queue), meta).await?))
 }
 
 #[derive(Deserialize)]
@@ -246,10 +226,7 @@ pub(crate) async fn update_subscription(
 ) -> Answer {
     let parsed: SubscriptionBody = serde_json::from_str(json_body(&body)?)
         .map_err(|_| ApiError::bad("subscriptionTimestamp", "must be an ISO 8601 string"))?;
-    Ok(ok(app
-        .engine
-        .update_subscription(&group, parsed.subscription_timestamp.as_deref())
-        .await?))
+    Ok(ok(app.engine.update_subscription(&group, parsed.subscription_timestamp.as_deref()).await?))
 }
 
 #[derive(Deserialize)]
@@ -266,14 +243,7 @@ pub(crate) async fn seek(
 ) -> Answer {
     let parsed: SeekBody = serde_json::from_str(json_body(&body)?)
         .map_err(|_| ApiError::bad("body", "must be {\"toEnd\": true} or {\"timestamp\": ISO}"))?;
-    let result = app
-        .engine
-        .seek(
-            &group,
-            &queue,
-            parsed.to_end.unwrap_or(false),
-            parsed.timestamp.as_deref(),
-        )
-        .await?;
+    let result =
+        app.engine.seek(&group, &queue, parsed.to_end.unwrap_or(false), parsed.timestamp.as_deref()).await?;
     Ok(ok(result))
 }

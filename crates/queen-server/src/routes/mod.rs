@@ -1,6 +1,7 @@
 //! Route table. One module per area; each handler is wire-to-engine only.
 
 mod broker;
+mod kv;
 
 use std::sync::Arc;
 
@@ -16,34 +17,18 @@ pub(crate) fn router() -> Router<Arc<AppState>> {
         .route("/api/v1/configure", post(broker::configure))
         .route("/api/v1/push", post(broker::push))
         .route("/api/v1/pop/queue/{queue}", get(broker::pop_queue))
-        .route(
-            "/api/v1/pop/queue/{queue}/partition/{partition}",
-            get(broker::pop_partition),
-        )
+        .route("/api/v1/pop/queue/{queue}/partition/{partition}", get(broker::pop_partition))
         .route("/api/v1/ack", post(broker::ack))
         .route("/api/v1/ack/batch", post(broker::ack_batch))
         .route("/api/v1/lease/{lease}/extend", post(broker::extend_lease))
         .route("/api/v1/transaction", post(broker::transaction))
         .route("/api/v1/dlq", get(broker::dlq))
-        .route(
-            "/api/v1/resources/queues/{queue}",
-            delete(broker::delete_queue),
-        )
-        .route(
-            "/api/v1/consumer-groups/{group}",
-            delete(broker::delete_group),
-        )
-        .route(
-            "/api/v1/consumer-groups/{group}/subscription",
-            post(broker::update_subscription),
-        )
-        .route(
-            "/api/v1/consumer-groups/{group}/queues/{queue}",
-            delete(broker::delete_group_queue),
-        )
-        .route(
-            "/api/v1/consumer-groups/{group}/queues/{queue}/seek",
-            post(broker::seek),
-        )
+        .route("/api/v1/resources/queues/{queue}", delete(broker::delete_queue))
+        .route("/api/v1/consumer-groups/{group}", delete(broker::delete_group))
+        .route("/api/v1/consumer-groups/{group}/subscription", post(broker::update_subscription))
+        .route("/api/v1/consumer-groups/{group}/queues/{queue}", delete(broker::delete_group_queue))
+        .route("/api/v1/consumer-groups/{group}/queues/{queue}/seek", post(broker::seek))
+        .route("/api/v1/kv", post(kv::batch))
+        .route("/api/v1/kv/{ns}/{*key}", get(kv::get_key).put(kv::put_key).delete(kv::delete_key))
         .fallback(broker::not_found)
 }

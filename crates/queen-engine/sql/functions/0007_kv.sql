@@ -1,0 +1,338 @@
+-- KV state: one function per operation, and queen.kv_batch, the single
+-- entry point of POST /api/v1/kv, the transaction's `kv` rider and the
+-- embedded API. Every rule (exactly one expiry, expired means absent,
+-- expect, min/max, create-only TTL for incr) is here and nowhere else.
+--
+-- Locks: writes lock their key's row (INSERT ... ON CONFLICT, UPDATE,
+-- DELETE or SELECT ... FOR UPDATE) and kv_batch applies writes in (ns, key)
+-- byte order, so two calls can never deadlock on each other.
+
+-- A KV 400 (or 413): {"error", "reason", "detail"}. `error` is the only
+-- field clients branch on; no `code` that could disagree with it.
+CREATE OR REPLACE FUNCTION queen.kv_reject(reason text, detail text, status integer DEFAULT 400)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING
+    ERRCODE = CASE WHEN status = 413 THEN 'QN413' ELSE 'QN400' END,
+    MESSAGE = json_build_object(
+      'error', CASE WHEN status = 413 THEN 'payload_too_large' ELSE 'kv_bad_request' END,
+      'reason', reason, 'detail', detail)::text;
+END $$;
+
+-- The expiry a write carries: exactly one of ttlSeconds (integer > 0) or
+-- forever: true. NULL means forever.
+CREATE OR REPLACE FUNCTION queen.kv_expiry(p_ttl_seconds bigint, p_forever boolean)
+RETURNS timestamptz
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF (p_ttl_seconds IS NULL) = (p_forever IS NULL) THEN
+    PERFORM queen.kv_reject('kv_expiry_not_specified', 'a write carries exactly one of ttlSeconds or forever: true');
+  END IF;
+  IF p_forever IS NOT NULL THEN
+    IF NOT p_forever THEN
+      PERFORM queen.kv_reject('kv_bad_ttl', 'forever must be true when given');
+    END IF;
+    RETURN NULL;
+  END IF;
+  IF p_ttl_seconds <= 0 THEN
+    PERFORM queen.kv_reject('kv_bad_ttl', 'ttlSeconds must be an integer above 0');
+  END IF;
+  RETURN now() + make_interval(secs => p_ttl_seconds);
+END $$;
+
+-- A row as reads answer it.
+CREATE OR REPLACE FUNCTION queen.kv_row_json(k queen.kv, with_value boolean DEFAULT true)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN with_value
+    THEN jsonb_build_object('key', k.key, 'value', k.value, 'version', k.version,
+           'expiresAt', queen.iso(k.expires_at), 'updatedAt', queen.iso(k.updated_at))
+    ELSE jsonb_build_object('key', k.key, 'version', k.version,
+           'expiresAt', queen.iso(k.expires_at), 'updatedAt', queen.iso(k.updated_at))
+  END
+$$;
+
+-- The live row of a key, or NULL.
+CREATE OR REPLACE FUNCTION queen.kv_live(p_ns text, p_key text) RETURNS queen.kv
+LANGUAGE sql STABLE AS $$
+  SELECT * FROM queen.kv
+   WHERE ns = p_ns AND key = p_key AND (expires_at IS NULL OR expires_at > now())
+$$;
+
+-- A write that did not apply: what a reader would see now.
+CREATE OR REPLACE FUNCTION queen.kv_refused(p_key text, p_reason text, k queen.kv) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object('applied', false, 'reason', p_reason, 'key', p_key,
+           'value', CASE WHEN k.version IS NULL THEN 'null'::jsonb ELSE k.value END,
+           'version', coalesce(k.version, 0))
+$$;
+
+CREATE OR REPLACE FUNCTION queen.kv_get(p_ns text, p_key text) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  k queen.kv := queen.kv_live(p_ns, p_key);
+BEGIN
+  IF k.version IS NULL THEN
+    RETURN jsonb_build_object('found', false, 'key', p_key);
+  END IF;
+  RETURN jsonb_build_object('found', true) || queen.kv_row_json(k);
+END $$;
+
+-- Rows in key byte order, absent keys in request order; keys cut by the
+-- byte budget are in neither list.
+CREATE OR REPLACE FUNCTION queen.kv_get_many(p_ns text, p_keys text[], p_max_bytes bigint) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  r record;
+  v_rows jsonb := '[]';
+  v_bytes bigint := 0;
+  v_truncated boolean := false;
+  v_kept text[] := '{}';
+BEGIN
+  FOR r IN
+    SELECT k AS row, octet_length(k.value::text) AS size
+      FROM queen.kv k
+     WHERE k.ns = p_ns AND k.key = ANY (p_keys) AND (k.expires_at IS NULL OR k.expires_at > now())
+     ORDER BY k.key
+  LOOP
+    IF v_bytes + r.size > p_max_bytes AND jsonb_array_length(v_rows) > 0 THEN
+      v_truncated := true;
+      EXIT;
+    END IF;
+    v_bytes := v_bytes + r.size;
+    v_rows := v_rows || queen.kv_row_json(r.row);
+    v_kept := v_kept || (r.row).key;
+  END LOOP;
+  RETURN jsonb_build_object('rows', v_rows,
+    'missing', coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(p_keys) WITH ORDINALITY u(x, n)
+                          WHERE NOT EXISTS (SELECT 1 FROM queen.kv k WHERE k.ns = p_ns AND k.key = u.x
+                                              AND (k.expires_at IS NULL OR k.expires_at > now()))),
+                        '[]'::jsonb),
+    'truncated', v_truncated);
+END $$;
+
+-- The smallest string above every string that starts with p (byte order
+-- equals code point order in UTF-8); NULL when there is none.
+CREATE OR REPLACE FUNCTION queen.kv_prefix_end(p text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+  c integer;
+BEGIN
+  WHILE p <> '' LOOP
+    c := ascii(right(p, 1));
+    p := left(p, -1);
+    IF c < 1114111 THEN
+      c := c + 1;
+      IF c BETWEEN 55296 AND 57343 THEN  -- skip the surrogate range
+        c := 57344;
+      END IF;
+      RETURN p || chr(c);
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END $$;
+
+-- One keyset page of the live keys that start with p_prefix (a byte range,
+-- never LIKE), strictly after p_after. truncated is exact: one row beyond
+-- the page is read to know.
+CREATE OR REPLACE FUNCTION queen.kv_get_prefix(
+  p_ns text, p_prefix text, p_after text, p_limit integer, p_keys_only boolean, p_max_bytes bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_limit integer := least(greatest(coalesce(p_limit, 100), 1), 1000);
+  v_end text := queen.kv_prefix_end(p_prefix);
+  r record;
+  v_rows jsonb := '[]';
+  v_n integer := 0;
+  v_bytes bigint := 0;
+  v_truncated boolean := false;
+  v_last text;
+BEGIN
+  FOR r IN
+    SELECT k AS row, k.key,
+           CASE WHEN p_keys_only THEN octet_length(k.key) ELSE octet_length(k.value::text) END AS size
+      FROM queen.kv k
+     WHERE k.ns = p_ns
+       AND k.key >= p_prefix AND (v_end IS NULL OR k.key < v_end)
+       AND (p_after IS NULL OR k.key > p_after)
+       AND (k.expires_at IS NULL OR k.expires_at > now())
+     ORDER BY k.key
+     LIMIT v_limit + 1
+  LOOP
+    IF v_n = v_limit OR (v_bytes + r.size > p_max_bytes AND v_n > 0) THEN
+      v_truncated := true;
+      EXIT;
+    END IF;
+    v_rows := v_rows || queen.kv_row_json(r.row, NOT p_keys_only);
+    v_bytes := v_bytes + r.size;
+    v_n := v_n + 1;
+    v_last := r.key;
+  END LOOP;
+  RETURN jsonb_build_object('rows', v_rows, 'truncated', v_truncated,
+    'nextAfter', CASE WHEN v_truncated THEN v_last END);
+END $$;
+
+-- put: no expect is an unconditional upsert that replaces value and expiry;
+-- expect 0 means "must not exist" and wins over an expired row; expect N > 0
+-- is a pure update that creates nothing.
+CREATE OR REPLACE FUNCTION queen.kv_put(
+  p_ns text, p_key text, p_value jsonb, p_ttl_seconds bigint, p_forever boolean, p_expect bigint)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_expires timestamptz := queen.kv_expiry(p_ttl_seconds, p_forever);
+  v_version bigint;
+  k queen.kv;
+BEGIN
+  IF p_expect IS NULL THEN
+    INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
+    VALUES (p_ns, p_key, p_value, nextval('queen.kv_version_seq'), v_expires, now())
+    ON CONFLICT (ns, key) DO UPDATE
+      SET value = EXCLUDED.value, version = EXCLUDED.version,
+          expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
+    RETURNING t.version INTO v_version;
+  ELSIF p_expect = 0 THEN
+    -- A live conflicting row stays locked, so the read below sees the winner.
+    INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
+    VALUES (p_ns, p_key, p_value, nextval('queen.kv_version_seq'), v_expires, now())
+    ON CONFLICT (ns, key) DO UPDATE
+      SET value = EXCLUDED.value, version = EXCLUDED.version,
+          expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
+      WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
+    RETURNING t.version INTO v_version;
+    IF v_version IS NULL THEN
+      RETURN queen.kv_refused(p_key, 'exists', queen.kv_live(p_ns, p_key));
+    END IF;
+  ELSE
+    UPDATE queen.kv AS t
+       SET value = p_value, version = nextval('queen.kv_version_seq'), expires_at = v_expires, updated_at = now()
+     WHERE t.ns = p_ns AND t.key = p_key AND t.version = p_expect
+       AND (t.expires_at IS NULL OR t.expires_at > now())
+    RETURNING t.version INTO v_version;
+    IF v_version IS NULL THEN
+      k := queen.kv_live(p_ns, p_key);
+      RETURN queen.kv_refused(p_key, CASE WHEN k.version IS NULL THEN 'absent' ELSE 'version' END, k);
+    END IF;
+  END IF;
+  RETURN jsonb_build_object('applied', true, 'key', p_key, 'value', p_value, 'version', v_version);
+END $$;
+
+CREATE OR REPLACE FUNCTION queen.kv_put_if_absent(
+  p_ns text, p_key text, p_value jsonb, p_ttl_seconds bigint, p_forever boolean)
+RETURNS jsonb
+LANGUAGE sql AS $$
+  SELECT queen.kv_put(p_ns, p_key, p_value, p_ttl_seconds, p_forever, 0)
+$$;
+
+-- delete: of a live row only; expect N > 0 must match its version.
+CREATE OR REPLACE FUNCTION queen.kv_delete(p_ns text, p_key text, p_expect bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  k queen.kv;
+BEGIN
+  IF p_expect IS NOT NULL AND p_expect <= 0 THEN
+    PERFORM queen.kv_reject('kv_bad_expect', 'delete takes expect > 0 (expect 0, "must not exist", can never delete anything)');
+  END IF;
+  DELETE FROM queen.kv t
+   WHERE t.ns = p_ns AND t.key = p_key AND (p_expect IS NULL OR t.version = p_expect)
+     AND (t.expires_at IS NULL OR t.expires_at > now())
+  RETURNING t.* INTO k;
+  IF k.version IS NOT NULL THEN
+    RETURN jsonb_build_object('applied', true, 'key', p_key, 'value', k.value, 'version', k.version);
+  END IF;
+  k := queen.kv_live(p_ns, p_key);
+  RETURN queen.kv_refused(p_key, CASE WHEN k.version IS NULL THEN 'absent' ELSE 'version' END, k);
+END $$;
+
+-- check: writes nothing. A held check keeps the row share-locked until the
+-- call commits, so a guard stays true for the rest of its transaction.
+CREATE OR REPLACE FUNCTION queen.kv_check(p_ns text, p_key text, p_expect bigint) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  k queen.kv;
+BEGIN
+  IF p_expect IS NULL OR p_expect < 0 THEN
+    PERFORM queen.kv_reject('kv_bad_expect', 'check needs expect, an integer >= 0');
+  END IF;
+  SELECT * INTO k FROM queen.kv t
+   WHERE t.ns = p_ns AND t.key = p_key AND (t.expires_at IS NULL OR t.expires_at > now())
+   FOR SHARE;
+  IF p_expect = 0 THEN
+    IF k.version IS NULL THEN
+      RETURN jsonb_build_object('applied', true, 'key', p_key, 'version', 0);
+    END IF;
+    RETURN queen.kv_refused(p_key, 'exists', k);
+  END IF;
+  IF k.version IS NULL THEN
+    RETURN queen.kv_refused(p_key, 'absent', k);
+  ELSIF k.version <> p_expect THEN
+    RETURN queen.kv_refused(p_key, 'version', k);
+  END IF;
+  RETURN jsonb_build_object('applied', true, 'key', p_key, 'version', k.version);
+END $$;
+
+-- incr: numeric server side, so nothing overflows. Absent or expired counts
+-- as 0 and takes the expiry the call carries; a live row keeps the expiry it
+-- was born with. min/max refuse (also on the create branch) and write
+-- nothing. The type guard looks at the live row only.
+CREATE OR REPLACE FUNCTION queen.kv_incr(
+  p_ns text, p_key text, p_delta numeric, p_min numeric, p_max numeric,
+  p_ttl_seconds bigint, p_forever boolean)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_expires timestamptz := queen.kv_expiry(p_ttl_seconds, p_forever);
+  k queen.kv;
+  v_live boolean;
+  v_current numeric;
+  v_next numeric;
+  v_version bigint;
+  v_attempt integer := 0;
+BEGIN
+  IF p_delta IS NULL OR p_delta <> trunc(p_delta) THEN
+    PERFORM queen.kv_reject('kv_bad_body', 'delta must be an integer');
+  END IF;
+  LOOP
+    v_attempt := v_attempt + 1;
+    SELECT * INTO k FROM queen.kv t WHERE t.ns = p_ns AND t.key = p_key FOR UPDATE;
+    v_live := k.version IS NOT NULL AND (k.expires_at IS NULL OR k.expires_at > now());
+    IF v_live THEN
+      IF jsonb_typeof(k.value) <> 'number' OR (k.value #>> '{}')::numeric <> trunc((k.value #>> '{}')::numeric) THEN
+        RETURN queen.kv_refused(p_key, 'type', k);
+      END IF;
+      v_current := (k.value #>> '{}')::numeric;
+    ELSE
+      v_current := 0;
+    END IF;
+    v_next := v_current + p_delta;
+    IF (p_max IS NOT NULL AND v_next > p_max) OR (p_min IS NOT NULL AND v_next < p_min) THEN
+      RETURN jsonb_build_object('applied', false, 'reason', 'limit', 'key', p_key,
+        'value', to_jsonb(v_current), 'version', CASE WHEN v_live THEN k.version ELSE 0 END);
+    END IF;
+    IF v_live THEN
+      UPDATE queen.kv t SET value = to_jsonb(v_next), version = nextval('queen.kv_version_seq'), updated_at = now()
+       WHERE t.ns = p_ns AND t.key = p_key
+      RETURNING t.version INTO v_version;
+    ELSIF k.version IS NOT NULL THEN
+      -- An expired row we hold locked: a fresh lineage.
+      UPDATE queen.kv t SET value = to_jsonb(v_next), version = nextval('queen.kv_version_seq'),
+             expires_at = v_expires, updated_at = now()
+       WHERE t.ns = p_ns AND t.key = p_key
+      RETURNING t.version INTO v_version;
+    ELSE
+      INSERT INTO queen.kv (ns, key, value, version, expires_at, updated_at)
+      VALUES (p_ns, p_key, to_jsonb(v_next), nextval('queen.kv_version_seq'), v_expires, now())
+      ON CONFLICT (ns, key) DO NOTHING
+      RETURNING version INTO v_version;
+    END IF;
+    IF v_version IS NOT NULL THEN
+      RETURN jsonb_build_object('applied', true, 'key', p_key, 'value', to_jsonb(v_next), 'version', v_version);
+    END IF;
+    -- Another call created the key between our read and our insert: read it again.
+    IF v_attempt >= 3 THEN
+      RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = 'kv incr kept racing a concurrent create';
+    END IF;
+  END LOOP;
+END $$;

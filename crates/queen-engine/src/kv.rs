@@ -1,0 +1,299 @@
+//! KV state, the embedded API: typed operations that serialise to the wire
+//! ops and run through `queen.kv_batch`, the same SQL function the HTTP route
+//! and the transaction rider call, so the three paths cannot diverge.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::{Engine, EngineError, Json};
+
+/// Every write carries exactly one expiry; there is no default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Dies this many seconds after the write (must be > 0).
+    Ttl(u64),
+    /// Lives until deleted.
+    Forever,
+}
+
+/// A precondition on the version of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// The key must not exist (live).
+    Absent,
+    /// The live version must be this one.
+    Version(u64),
+}
+
+impl Expect {
+    fn wire(self) -> u64 {
+        match self {
+            Expect::Absent => 0,
+            Expect::Version(v) => v,
+        }
+    }
+}
+
+/// One KV operation. `value`, `delta`, `min` and `max` are raw JSON text so
+/// that numbers keep every digit.
+#[derive(Debug, Clone)]
+pub enum KvOp {
+    /// Read one key.
+    Get { ns: String, key: String },
+    /// Read many keys of one namespace.
+    GetMany { ns: String, keys: Vec<String> },
+    /// One keyset page of the keys under a prefix (not allowed in transactions).
+    GetPrefix { ns: String, prefix: String, after: Option<String>, limit: Option<u32>, keys_only: bool },
+    /// Write a value; `expect: None` is an unconditional upsert.
+    Put {
+        ns: String,
+        key: String,
+        value: Box<RawValue>,
+        expiry: Expiry,
+        expect: Option<Expect>,
+        required: bool,
+    },
+    /// Write only if no live key exists.
+    PutIfAbsent { ns: String, key: String, value: Box<RawValue>, expiry: Expiry, required: bool },
+    /// Delete a live key.
+    Delete { ns: String, key: String, expect: Option<u64>, required: bool },
+    /// Assert a version without writing.
+    Check { ns: String, key: String, expect: Expect, required: bool },
+    /// Add an integer; the expiry applies only when the row is created.
+    Incr {
+        ns: String,
+        key: String,
+        delta: Box<RawValue>,
+        min: Option<Box<RawValue>>,
+        max: Option<Box<RawValue>>,
+        expiry: Expiry,
+        required: bool,
+    },
+}
+
+fn text(s: &str) -> String {
+    // Serialising a str cannot fail.
+    serde_json::to_string(s).unwrap_or_default()
+}
+
+impl KvOp {
+    /// The wire form of the op.
+    pub fn to_wire(&self) -> String {
+        let mut f: Vec<(&str, String)> = Vec::with_capacity(8);
+        let expiry = |f: &mut Vec<(&str, String)>, e: &Expiry| match e {
+            Expiry::Ttl(s) => f.push(("ttlSeconds", s.to_string())),
+            Expiry::Forever => f.push(("forever", "true".into())),
+        };
+        match self {
+            KvOp::Get { ns, key } => f.extend([("op", text("get")), ("ns", text(ns)), ("key", text(key))]),
+            KvOp::GetMany { ns, keys } => {
+                let keys = serde_json::to_string(keys).unwrap_or_default();
+                f.extend([("op", text("getMany")), ("ns", text(ns)), ("keys", keys)]);
+            }
+            KvOp::GetPrefix { ns, prefix, after, limit, keys_only } => {
+                f.extend([("op", text("getPrefix")), ("ns", text(ns)), ("prefix", text(prefix))]);
+                if let Some(a) = after {
+                    f.push(("after", text(a)));
+                }
+                if let Some(l) = limit {
+                    f.push(("limit", l.to_string()));
+                }
+                if *keys_only {
+                    f.push(("keysOnly", "true".into()));
+                }
+            }
+            KvOp::Put { ns, key, value, expiry: e, expect, required } => {
+                f.extend([
+                    ("op", text("put")),
+                    ("ns", text(ns)),
+                    ("key", text(key)),
+                    ("value", value.get().into()),
+                ]);
+                expiry(&mut f, e);
+                if let Some(x) = expect {
+                    f.push(("expect", x.wire().to_string()));
+                }
+                if *required {
+                    f.push(("required", "true".into()));
+                }
+            }
+            KvOp::PutIfAbsent { ns, key, value, expiry: e, required } => {
+                f.extend([
+                    ("op", text("putIfAbsent")),
+                    ("ns", text(ns)),
+                    ("key", text(key)),
+                    ("value", value.get().into()),
+                ]);
+                expiry(&mut f, e);
+                if *required {
+                    f.push(("required", "true".into()));
+                }
+            }
+            KvOp::Delete { ns, key, expect, required } => {
+                f.extend([("op", text("delete")), ("ns", text(ns)), ("key", text(key))]);
+                if let Some(x) = expect {
+                    f.push(("expect", x.to_string()));
+                }
+                if *required {
+                    f.push(("required", "true".into()));
+                }
+            }
+            KvOp::Check { ns, key, expect, required } => {
+                f.extend([
+                    ("op", text("check")),
+                    ("ns", text(ns)),
+                    ("key", text(key)),
+                    ("expect", expect.wire().to_string()),
+                ]);
+                if *required {
+                    f.push(("required", "true".into()));
+                }
+            }
+            KvOp::Incr { ns, key, delta, min, max, expiry: e, required } => {
+                f.extend([
+                    ("op", text("incr")),
+                    ("ns", text(ns)),
+                    ("key", text(key)),
+                    ("delta", delta.get().into()),
+                ]);
+                if let Some(m) = min {
+                    f.push(("min", m.get().into()));
+                }
+                if let Some(m) = max {
+                    f.push(("max", m.get().into()));
+                }
+                expiry(&mut f, e);
+                if *required {
+                    f.push(("required", "true".into()));
+                }
+            }
+        }
+        let body: Vec<String> = f.iter().map(|(k, v)| format!("{}:{v}", text(k))).collect();
+        format!("{{{}}}", body.join(","))
+    }
+}
+
+/// The wire array of several ops.
+pub fn ops_to_wire(ops: &[KvOp]) -> String {
+    let items: Vec<String> = ops.iter().map(KvOp::to_wire).collect();
+    format!("[{}]", items.join(","))
+}
+
+fn some_raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// One result element of a KV call. Which fields are set depends on the op:
+/// reads set `found` (get) or `rows`; writes set `applied`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvResult {
+    /// Position in the call (flat index inside a transaction).
+    pub index: usize,
+    /// The op name sent.
+    pub op: String,
+    /// The key, for single-key ops.
+    pub key: Option<String>,
+    /// get: whether a live key exists. Distinct from `value`, since null is a legal value.
+    pub found: Option<bool>,
+    /// Writes: whether the write happened.
+    pub applied: Option<bool>,
+    /// Why a write did not apply: exists, absent, version, limit or type.
+    pub reason: Option<String>,
+    /// The value (written, current, or read), as raw JSON; `Some("null")` is a stored null.
+    #[serde(default, deserialize_with = "some_raw")]
+    pub value: Option<Box<RawValue>>,
+    /// The version (0 when nothing live is there).
+    pub version: Option<i64>,
+    /// Expiry of a read row (`None` for forever).
+    pub expires_at: Option<String>,
+    /// getMany / getPrefix rows.
+    pub rows: Option<Vec<KvRow>>,
+    /// getMany: absent keys in request order.
+    pub missing: Option<Vec<String>>,
+    /// Multi-key reads: more rows exist than were returned.
+    pub truncated: Option<bool>,
+    /// getPrefix: the `after` of the next page.
+    pub next_after: Option<String>,
+}
+
+/// A row of a multi-key read.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvRow {
+    /// The key.
+    pub key: String,
+    /// Absent when the page was `keysOnly`.
+    #[serde(default, deserialize_with = "some_raw")]
+    pub value: Option<Box<RawValue>>,
+    /// The version.
+    pub version: i64,
+    /// `None` for forever.
+    pub expires_at: Option<String>,
+    /// Last write.
+    pub updated_at: String,
+}
+
+/// What a KV call answered.
+#[derive(Debug)]
+pub enum KvOutcome {
+    /// Every op ran; results are index-aligned.
+    Done(Vec<KvResult>),
+    /// A `required` op lost its precondition: nothing was written.
+    PreconditionLost(PreconditionLost),
+}
+
+/// The body of a lost `required` precondition.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreconditionLost {
+    /// Index of the op that lost.
+    pub failed_index: usize,
+    /// exists, absent, version, limit or type.
+    pub kv_reason: String,
+    /// The key.
+    pub key: Option<String>,
+    /// The winner's version (0 when absent).
+    pub version: i64,
+    /// The winner's value.
+    #[serde(default, deserialize_with = "some_raw")]
+    pub value: Option<Box<RawValue>>,
+}
+
+#[derive(Deserialize)]
+struct Results {
+    results: Vec<KvResult>,
+}
+
+impl Engine {
+    /// Runs a KV call given as wire JSON (`{"operations": [...]}` or a bare
+    /// array). A lost `required` precondition is `Err(EngineError::Refused)`
+    /// carrying the 200 body.
+    pub async fn kv(&self, body: &str) -> Result<Json, EngineError> {
+        let ctx = format!("{{\"maxReadBytes\":{}}}", self.kv_max_read_bytes());
+        self.call_json("SELECT queen.kv_batch($1::text::json, $2::text::jsonb)::text", &[&body, &ctx]).await
+    }
+
+    /// Runs typed KV operations in one transaction.
+    pub async fn kv_ops(&self, ops: &[KvOp]) -> Result<KvOutcome, EngineError> {
+        match self.kv(&ops_to_wire(ops)).await {
+            Ok(json) => {
+                let r: Results = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
+                Ok(KvOutcome::Done(r.results))
+            }
+            Err(EngineError::Refused(body)) => {
+                let lost: PreconditionLost =
+                    serde_json::from_str(&body).map_err(|e| EngineError::Protocol(e.to_string()))?;
+                Ok(KvOutcome::PreconditionLost(lost))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes up to `batch` expired rows; answers how many.
+    pub async fn kv_sweep(&self, batch: i32) -> Result<i32, EngineError> {
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached("SELECT queen.kv_sweep($1)").await?;
+        Ok(client.query_one(&stmt, &[&batch]).await?.try_get(0)?)
+    }
+}

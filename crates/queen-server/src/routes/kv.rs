@@ -1,0 +1,225 @@
+//! KV routes: `POST /api/v1/kv` (the complete surface) and the path sugar
+//! `GET|PUT|DELETE /api/v1/kv/:ns/*key` for curl users.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use queen_engine::EngineError;
+use serde_json::value::RawValue;
+
+use super::broker::Body;
+use crate::error::json_response;
+use crate::extract::json_body;
+use crate::{ApiError, AppState};
+
+/// A KV error body: `error` is the code clients branch on.
+fn kv_error(status: StatusCode, error: &str, reason: &str, detail: &str) -> Response {
+    let body = serde_json::json!({"error": error, "reason": reason, "detail": detail});
+    let mut resp = json_response(status, body.to_string());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+/// Engine errors in the KV envelope.
+fn kv_failure(e: ApiError) -> Response {
+    match e {
+        ApiError::BadRequest { field, problem } => {
+            kv_error(StatusCode::BAD_REQUEST, "kv_bad_request", "kv_bad_body", &format!("{field} {problem}"))
+        }
+        ApiError::TooLarge => kv_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            "kv_body_too_large",
+            "the request body is larger than the broker accepts",
+        ),
+        ApiError::Engine(EngineError::Unavailable(msg)) => {
+            tracing::warn!(error = %msg, "kv answering 503");
+            let reason = if msg.contains("imeout") { "kv_timeout" } else { "kv_pool_exhausted" };
+            kv_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "kv_unavailable",
+                reason,
+                "PostgreSQL is not reachable; retry",
+            )
+        }
+        ApiError::Engine(EngineError::Conflict(msg)) => {
+            tracing::warn!(error = %msg, "kv conflict, answering 503");
+            kv_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "kv_unavailable",
+                "kv_timeout",
+                "a concurrent call won; retry",
+            )
+        }
+        ApiError::Engine(e @ (EngineError::Database(_) | EngineError::Protocol(_))) => {
+            tracing::error!(error = %e, "kv internal error");
+            kv_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "kv_error",
+                "kv_internal",
+                "the broker failed; see its log",
+            )
+        }
+        other => other.into_response(),
+    }
+}
+
+/// `POST /api/v1/kv`.
+pub(crate) async fn batch(State(app): State<Arc<AppState>>, body: Body) -> Response {
+    let text = match json_body(&body) {
+        Ok(t) => t,
+        Err(e) => return kv_failure(e),
+    };
+    match app.engine.kv(text).await {
+        Ok(json) => json_response(StatusCode::OK, json.0),
+        // A lost `required` precondition: 200 with the kv_precondition body.
+        Err(EngineError::Refused(body)) => json_response(StatusCode::OK, body),
+        Err(e) => kv_failure(e.into()),
+    }
+}
+
+type KeyPath = Result<Path<(String, String)>, PathRejection>;
+
+/// The path routes answer the bare result element.
+async fn path_op(app: &AppState, op: &str, ns: &str, key: &str, body: Option<&str>) -> Response {
+    let mut fields: BTreeMap<String, Box<RawValue>> = BTreeMap::new();
+    if let Some(text) = body.filter(|t| !t.trim().is_empty()) {
+        match serde_json::from_str::<BTreeMap<String, Box<RawValue>>>(text) {
+            Ok(map) => fields = map,
+            Err(_) => {
+                return kv_error(
+                    StatusCode::BAD_REQUEST,
+                    "kv_bad_request",
+                    "kv_bad_body",
+                    "the body must be a JSON object",
+                )
+            }
+        }
+    }
+    for name in ["op", "ns", "key"] {
+        if fields.contains_key(name) {
+            return kv_error(
+                StatusCode::BAD_REQUEST,
+                "kv_bad_request",
+                "kv_field_in_path",
+                &format!("{name} comes from the path and must not be in the body"),
+            );
+        }
+    }
+    let raw = |s: &str| RawValue::from_string(serde_json::to_string(s).unwrap_or_default());
+    for (name, value) in [("op", op), ("ns", ns), ("key", key)] {
+        match raw(value) {
+            Ok(v) => {
+                fields.insert(name.into(), v);
+            }
+            Err(_) => return kv_failure(ApiError::bad(name, "could not be encoded")),
+        }
+    }
+    let op_text = match serde_json::to_string(&fields) {
+        Ok(t) => t,
+        Err(_) => return kv_failure(ApiError::bad("body", "could not be encoded")),
+    };
+    let answer = match app.engine.kv(&format!("[{op_text}]")).await {
+        Ok(json) => json,
+        Err(EngineError::Refused(body)) => return json_response(StatusCode::OK, body),
+        Err(e) => return kv_failure(e.into()),
+    };
+    #[derive(serde::Deserialize)]
+    struct Answer {
+        results: Vec<Box<RawValue>>,
+    }
+    let element = match answer.decode::<Answer>().ok().and_then(|a| a.results.into_iter().next()) {
+        Some(e) => e,
+        None => return kv_failure(ApiError::Engine(EngineError::Protocol("kv answered no result".into()))),
+    };
+    let mut resp = json_response(StatusCode::OK, element.get().to_owned());
+    if op == "get" {
+        #[derive(serde::Deserialize)]
+        struct Hit {
+            found: bool,
+            version: Option<i64>,
+        }
+        if let Ok(Hit { found: true, version: Some(v) }) = serde_json::from_str::<Hit>(element.get()) {
+            if let Ok(etag) = HeaderValue::from_str(&format!("\"{v}\"")) {
+                resp.headers_mut().insert(header::ETAG, etag);
+            }
+        }
+    }
+    resp
+}
+
+fn key_from(path: KeyPath, query: &Option<String>) -> Result<(String, String), Response> {
+    if query.is_some() {
+        return Err(kv_error(
+            StatusCode::BAD_REQUEST,
+            "kv_bad_request",
+            "kv_no_query_string",
+            "the KV path routes take no query string",
+        ));
+    }
+    path.map(|Path(p)| p).map_err(|_| {
+        kv_error(
+            StatusCode::BAD_REQUEST,
+            "kv_bad_request",
+            "kv_bad_key",
+            "the key in the path is not valid UTF-8",
+        )
+    })
+}
+
+/// `GET /api/v1/kv/:ns/*key`.
+pub(crate) async fn get_key(
+    State(app): State<Arc<AppState>>,
+    path: KeyPath,
+    RawQuery(q): RawQuery,
+) -> Response {
+    match key_from(path, &q) {
+        Ok((ns, key)) => path_op(&app, "get", &ns, &key, None).await,
+        Err(resp) => resp,
+    }
+}
+
+/// `PUT /api/v1/kv/:ns/*key` with `{value, ttlSeconds | forever, expect?, required?}`.
+pub(crate) async fn put_key(
+    State(app): State<Arc<AppState>>,
+    path: KeyPath,
+    RawQuery(q): RawQuery,
+    body: Body,
+) -> Response {
+    let (ns, key) = match key_from(path, &q) {
+        Ok(k) => k,
+        Err(resp) => return resp,
+    };
+    match json_body(&body) {
+        Ok(text) => path_op(&app, "put", &ns, &key, Some(text)).await,
+        Err(e) => kv_failure(e),
+    }
+}
+
+/// `DELETE /api/v1/kv/:ns/*key` with an optional `{expect?, required?}`.
+pub(crate) async fn delete_key(
+    State(app): State<Arc<AppState>>,
+    path: KeyPath,
+    RawQuery(q): RawQuery,
+    body: Result<Bytes, axum::extract::rejection::BytesRejection>,
+) -> Response {
+    let (ns, key) = match key_from(path, &q) {
+        Ok(k) => k,
+        Err(resp) => return resp,
+    };
+    let empty = matches!(&body, Ok(b) if b.iter().all(u8::is_ascii_whitespace));
+    if empty {
+        return path_op(&app, "delete", &ns, &key, None).await;
+    }
+    match json_body(&body) {
+        Ok(text) => path_op(&app, "delete", &ns, &key, Some(text)).await,
+        Err(e) => kv_failure(e),
+    }
+}
