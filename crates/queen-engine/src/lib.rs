@@ -10,6 +10,8 @@
 //! keeps is the set of long-poll waiters, which a missed wake-up merely
 //! delays (the waiters poll as a fallback).
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod broker;
 mod config;
 mod error;

@@ -55,7 +55,8 @@ pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
     let tx = client.transaction().await?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
     tx.batch_execute(
-        "CREATE SCHEMA IF NOT EXISTS queen;
+        "SET LOCAL client_min_messages = warning;
+         CREATE SCHEMA IF NOT EXISTS queen;
          CREATE TABLE IF NOT EXISTS queen.schema_migrations (
              version integer PRIMARY KEY,
              name text NOT NULL,

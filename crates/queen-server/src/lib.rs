@@ -5,6 +5,8 @@
 //! valid beyond the shape of a request (is the body JSON, is `batch` a
 //! number); every rule lives in the SQL functions.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 mod error;
 mod extract;
 mod routes;

@@ -3,6 +3,9 @@
 //! With no database settings at all, `serve` boots a private PostgreSQL
 //! cluster from the system's binaries (see `embedded_pg`).
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
+mod bench;
 mod embedded_pg;
 
 use std::net::SocketAddr;
@@ -28,6 +31,8 @@ enum Command {
     Serve(ServeArgs),
     /// Apply the schema migrations and exit.
     Migrate(DbArgs),
+    /// Measure the broker against pgbench running the same SQL, in one run.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -118,6 +123,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve(args).await,
+            Command::Bench(args) => bench::bench(args).await,
             Command::Migrate(args) => {
                 let db = args
                     .db_config()

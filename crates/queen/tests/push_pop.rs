@@ -1,24 +1,44 @@
-//! Push and pop over HTTP.
+//! Push, pop, configure and delete-queue over HTTP.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 mod common;
 
-use common::TestBroker;
-use serde_json::json;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{eventually, tx_ids, txids, TestBroker};
+use serde_json::{json, Value};
+
+fn distinct(pop: &Value, key: &str) -> HashSet<String> {
+    pop["messages"].as_array().unwrap().iter().map(|m| m[key].as_str().unwrap().to_owned()).collect()
+}
+
+// ---------------------------------------------------------------- push
 
 #[tokio::test]
 async fn push_answers_201_with_snake_case_ids_and_pop_returns_them_in_order() {
     let b = TestBroker::start().await;
-    let pushed =
-        b.push("orders", "Default", &[("t1", json!({"n": 1})), ("t2", json!(null)), ("t3", json!({}))]).await;
+    let pushed = b.push("orders", "Default", &[("t1", json!({"n": 1})), ("t2", json!(null)), ("t3", json!({}))]).await;
     assert_eq!(pushed.as_array().map(Vec::len), Some(3));
     assert_eq!(pushed[0]["status"], "queued");
+    assert_eq!(pushed[0]["index"], 0);
+    assert_eq!(pushed[0]["queueName"], "orders");
     assert!(pushed[0]["message_id"].is_string());
     assert_eq!(pushed[1]["transaction_id"], "t2");
     let (status, popped) = b.pop("orders", "batch=10").await;
     assert_eq!(status, 200);
     assert_eq!(TestBroker::tx_ids(&popped), ["t1", "t2", "t3"]);
+    assert_eq!(popped["messages"][0]["data"], json!({"n": 1}));
     assert_eq!(popped["messages"][1]["data"], json!(null));
     assert_eq!(popped["messages"][2]["data"], json!({}));
     assert_eq!(popped["messages"][0]["id"], pushed[0]["message_id"]);
+    assert_eq!(popped["consumerGroup"], "__QUEUE_MODE__");
+    assert_eq!(popped["partition"], "Default");
+    for m in popped["messages"].as_array().unwrap() {
+        assert!(m["partitionId"].is_string() && m["leaseId"].is_string() && m["createdAt"].is_string());
+        assert_eq!(m["leaseId"], popped["leaseId"]);
+    }
 }
 
 #[tokio::test]
@@ -27,4 +47,579 @@ async fn pop_of_an_empty_queue_is_204() {
     let (status, body) = b.pop("nothing-here", "batch=1").await;
     assert_eq!(status, 204);
     assert!(body.is_null());
+}
+
+#[tokio::test]
+async fn push_of_1000_items_pops_all_1000_in_order_with_batch_1000() {
+    let b = TestBroker::start().await;
+    let ids = txids("m", 1000);
+    let pushed = b.push_txids("big", "Default", &ids).await;
+    let pushed = pushed.as_array().unwrap();
+    assert_eq!(pushed.len(), 1000);
+    assert!(pushed.iter().enumerate().all(|(i, r)| r["status"] == "queued" && r["index"] == i));
+    let popped = b.pop_some("big", "batch=1000").await;
+    assert_eq!(tx_ids(&popped), ids);
+    assert_eq!(popped["messages"][999]["data"], json!({"tx": "m-999"}));
+    b.pop_none("big", "batch=1000").await;
+}
+
+#[tokio::test]
+async fn duplicate_transaction_id_answers_duplicate_with_the_original_message_id() {
+    let b = TestBroker::start().await;
+    let first = b.push("dedup", "Default", &[("same", json!({"v": 1}))]).await;
+    assert_eq!(first[0]["status"], "queued");
+    let again = b.push("dedup", "Default", &[("same", json!({"v": 2})), ("other", json!({"v": 3}))]).await;
+    assert_eq!(again[0]["status"], "duplicate");
+    assert_eq!(again[0]["message_id"], first[0]["message_id"]);
+    assert_eq!(again[0]["transaction_id"], "same");
+    assert_eq!(again[1]["status"], "queued");
+    let popped = b.pop_some("dedup", "batch=10").await;
+    assert_eq!(tx_ids(&popped), ["same", "other"]);
+    assert_eq!(popped["messages"][0]["data"], json!({"v": 1}), "the original payload is kept");
+}
+
+#[tokio::test]
+async fn duplicate_inside_one_request_is_a_duplicate_of_the_first_occurrence() {
+    let b = TestBroker::start().await;
+    let pushed = b.push("dedup", "Default", &[("a", json!(1)), ("b", json!(2)), ("a", json!(3))]).await;
+    assert_eq!(pushed[0]["status"], "queued");
+    assert_eq!(pushed[1]["status"], "queued");
+    assert_eq!(pushed[2]["status"], "duplicate");
+    assert_eq!(pushed[2]["message_id"], pushed[0]["message_id"]);
+    assert_eq!(pushed[2]["index"], 2);
+    let popped = b.pop_some("dedup", "batch=10").await;
+    assert_eq!(tx_ids(&popped), ["a", "b"]);
+    assert_eq!(popped["messages"][0]["data"], json!(1));
+}
+
+#[tokio::test]
+async fn same_transaction_id_on_another_partition_is_queued() {
+    let b = TestBroker::start().await;
+    let p1 = b.push("dedup", "p1", &[("shared", json!(1))]).await;
+    let p2 = b.push("dedup", "p2", &[("shared", json!(2))]).await;
+    assert_eq!(p1[0]["status"], "queued");
+    assert_eq!(p2[0]["status"], "queued");
+    assert_ne!(p1[0]["message_id"], p2[0]["message_id"]);
+    // Another queue, same partition name: also queued.
+    let other = b.push("dedup-2", "p1", &[("shared", json!(3))]).await;
+    assert_eq!(other[0]["status"], "queued");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.messages WHERE transaction_id = 'shared'").await, 3);
+}
+
+#[tokio::test]
+async fn nine_mib_body_is_accepted_and_round_trips() {
+    let b = TestBroker::start().await;
+    let blob = "x".repeat(9 * 1024 * 1024);
+    let body = json!({"items": [{"queue": "large", "partition": "Default", "transactionId": "big", "payload": {"blob": blob}}]});
+    let text = body.to_string();
+    assert!(text.len() > 9 * 1024 * 1024);
+    let (status, pushed) = b.post_raw("/api/v1/push", text).await;
+    assert_eq!(status, 201, "{pushed}");
+    assert_eq!(pushed[0]["status"], "queued");
+    let popped = b.pop_some("large", "batch=1").await;
+    assert_eq!(popped["messages"][0]["data"]["blob"].as_str().map(str::len), Some(9 * 1024 * 1024));
+}
+
+#[tokio::test]
+async fn push_is_visible_to_the_very_next_non_waiting_pop() {
+    let b = TestBroker::start().await;
+    for i in 0..30 {
+        let tx = format!("v-{i}");
+        b.push("visible", "Default", &[(&tx, json!(i))]).await;
+        let popped = b.pop_some("visible", "batch=10&autoAck=true").await;
+        assert_eq!(tx_ids(&popped), [tx]);
+    }
+}
+
+#[tokio::test]
+async fn fifo_holds_across_pushes_and_pops() {
+    let b = TestBroker::start().await;
+    let ids = txids("f", 20);
+    for chunk in ids.chunks(4) {
+        b.push_txids("fifo", "Default", chunk).await;
+    }
+    let mut got = Vec::new();
+    while got.len() < 20 {
+        let popped = b.pop_some("fifo", "batch=3").await;
+        let last = popped["messages"].as_array().unwrap().last().unwrap().clone();
+        got.extend(tx_ids(&popped));
+        assert_eq!(b.ack(&last, "completed", None).await["success"], true);
+    }
+    assert_eq!(got, ids);
+    b.pop_none("fifo", "batch=3").await;
+}
+
+#[tokio::test]
+async fn queues_and_partitions_are_created_on_first_push() {
+    let b = TestBroker::start().await;
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.queues").await, 0);
+    b.push_items(json!([
+        {"queue": "fresh", "partition": "a", "transactionId": "1", "payload": 1},
+        {"queue": "fresh", "partition": "b", "transactionId": "2", "payload": 2},
+        {"queue": "fresh", "transactionId": "3", "payload": 3},
+    ]))
+    .await;
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.queues WHERE name = 'fresh'").await, 1);
+    assert_eq!(
+        b.scalar("SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'fresh'")
+            .await,
+        3
+    );
+    let (status, popped) = b.pop_partition("fresh", "b", "batch=10").await;
+    assert_eq!(status, 200);
+    assert_eq!(tx_ids(&popped), ["2"]);
+    assert_eq!(popped["partition"], "b");
+    let (status, popped) = b.pop_partition("fresh", "Default", "batch=10").await;
+    assert_eq!(status, 200, "an item without partition lands in Default");
+    assert_eq!(tx_ids(&popped), ["3"]);
+}
+
+/// Offsets are assigned in commit order: a consumer that commits as fast as
+/// it can while many producers push never skips a message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_pushes_to_one_partition_are_never_skipped_by_a_moving_cursor() {
+    let b = TestBroker::start().await;
+    let producers = 4;
+    let per = 50;
+    let done = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for p in 0..producers {
+        let api = b.api();
+        let done = done.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per {
+                let tx = format!("p{p}-{i:03}");
+                api.push("race", "Default", &[(&tx, json!(i))]).await;
+            }
+            done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }));
+    }
+    let mut got: Vec<String> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let finished = done.load(std::sync::atomic::Ordering::SeqCst) == producers;
+        let (status, popped) = b.pop("race", "batch=7&autoAck=true").await;
+        if status == 200 {
+            got.extend(tx_ids(&popped));
+        } else if finished {
+            break;
+        }
+        assert!(Instant::now() < deadline, "consumer did not finish");
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    assert_eq!(got.len(), producers * per, "every message delivered exactly once");
+    assert_eq!(got.iter().collect::<HashSet<_>>().len(), producers * per);
+    for p in 0..producers {
+        let mine: Vec<&String> = got.iter().filter(|t| t.starts_with(&format!("p{p}-"))).collect();
+        let mut sorted = mine.clone();
+        sorted.sort();
+        assert_eq!(mine, sorted, "each producer's messages arrive in its push order");
+    }
+}
+
+// ---------------------------------------------------------------- pop
+
+#[tokio::test]
+async fn batch_is_a_global_cap_across_partitions() {
+    let b = TestBroker::start().await;
+    let mut items = Vec::new();
+    for p in 0..10 {
+        for i in 0..50 {
+            items.push(json!({"queue": "wide", "partition": format!("p{p}"), "transactionId": format!("p{p}-{i}"), "payload": i}));
+        }
+    }
+    b.push_items(json!(items)).await;
+    let popped = b.pop_some("wide", "batch=10&partitions=5").await;
+    assert_eq!(popped["messages"].as_array().unwrap().len(), 10);
+    let popped = b.pop_some("wide", "batch=3").await;
+    assert_eq!(popped["messages"].as_array().unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn multi_partition_pop_claims_several_partitions_under_one_lease() {
+    let b = TestBroker::start().await;
+    for p in ["a", "b", "c"] {
+        b.push("multi", p, &[(&format!("{p}1"), json!(1)), (&format!("{p}2"), json!(2))]).await;
+    }
+    let popped = b.pop_some("multi", "batch=100&partitions=3").await;
+    assert_eq!(popped["messages"].as_array().unwrap().len(), 6);
+    assert_eq!(distinct(&popped, "partitionId").len(), 3);
+    let leases = distinct(&popped, "leaseId");
+    assert_eq!(leases.len(), 1);
+    assert_eq!(leases.iter().next().unwrap(), popped["leaseId"].as_str().unwrap());
+    assert_eq!(popped["partitionsClaimed"], 3);
+    // Within each partition, push order.
+    for p in ["a", "b", "c"] {
+        let mine: Vec<String> = tx_ids(&popped).into_iter().filter(|t| t.starts_with(p)).collect();
+        assert_eq!(mine, [format!("{p}1"), format!("{p}2")]);
+    }
+    // Every partition is leased now.
+    b.pop_none("multi", "batch=100&partitions=3").await;
+}
+
+#[tokio::test]
+async fn pop_without_partitions_takes_exactly_one_partition() {
+    let b = TestBroker::start().await;
+    for p in 0..4 {
+        let ids = txids(&format!("p{p}"), 5);
+        b.push_txids("single", &format!("p{p}"), &ids).await;
+    }
+    let popped = b.pop_some("single", "batch=100").await;
+    assert_eq!(popped["messages"].as_array().unwrap().len(), 5);
+    assert_eq!(distinct(&popped, "partitionId").len(), 1);
+    assert_eq!(popped["partitionsClaimed"], 1);
+    let name = popped["partition"].as_str().unwrap();
+    assert_eq!(tx_ids(&popped), txids(name, 5));
+}
+
+#[tokio::test]
+async fn partition_route_pops_only_that_partition() {
+    let b = TestBroker::start().await;
+    b.push("routes", "left", &[("l1", json!(1))]).await;
+    b.push("routes", "right", &[("r1", json!(1)), ("r2", json!(2))]).await;
+    let (status, popped) = b.pop_partition("routes", "right", "batch=10").await;
+    assert_eq!(status, 200);
+    assert_eq!(tx_ids(&popped), ["r1", "r2"]);
+    assert_eq!(popped["partition"], "right");
+    let (status, _) = b.pop_partition("routes", "right", "batch=10").await;
+    assert_eq!(status, 204, "right is leased");
+    let (status, _) = b.pop_partition("routes", "nowhere", "batch=10").await;
+    assert_eq!(status, 204, "a missing partition is empty");
+    let (status, popped) = b.pop_partition("routes", "left", "batch=10").await;
+    assert_eq!(status, 200);
+    assert_eq!(tx_ids(&popped), ["l1"]);
+}
+
+#[tokio::test]
+async fn pop_skips_leased_partition_but_serves_the_others() {
+    let b = TestBroker::start().await;
+    b.push("lanes", "x", &[("x1", json!(1)), ("x2", json!(2))]).await;
+    b.push("lanes", "y", &[("y1", json!(1)), ("y2", json!(2))]).await;
+    let first = b.pop_some("lanes", "batch=1").await;
+    assert_eq!(first["messages"].as_array().unwrap().len(), 1);
+    let leased = first["partition"].as_str().unwrap().to_owned();
+    let other = if leased == "x" { "y" } else { "x" };
+    // The rest of the leased partition is not served to another consumer...
+    let (status, _) = b.pop_partition("lanes", &leased, "batch=10").await;
+    assert_eq!(status, 204);
+    // ...but the other partition is.
+    let second = b.pop_some("lanes", "batch=10").await;
+    assert_eq!(second["partition"], other);
+    assert_eq!(tx_ids(&second), [format!("{other}1"), format!("{other}2")]);
+    assert_ne!(second["leaseId"], first["leaseId"]);
+    b.pop_none("lanes", "batch=10").await;
+    // A different group is not blocked by queue mode's lease.
+    let g = b.pop_some("lanes", "batch=10&consumerGroup=g&partitions=2").await;
+    assert_eq!(g["messages"].as_array().unwrap().len(), 4);
+    // Settling the batch frees the partition, and the rest comes next, in order.
+    assert_eq!(b.ack(&first["messages"][0], "completed", None).await["leaseReleased"], true);
+    let (status, rest) = b.pop_partition("lanes", &leased, "batch=10").await;
+    assert_eq!(status, 200);
+    assert_eq!(tx_ids(&rest), [format!("{leased}2")]);
+}
+
+#[tokio::test]
+async fn long_poll_returns_soon_after_a_push_that_lands_later() {
+    let b = TestBroker::start().await;
+    let api = b.api();
+    let pusher = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        api.push("lp", "Default", &[("late", json!({"n": 1}))]).await;
+    });
+    let start = Instant::now();
+    let (status, popped) = b.get("/api/v1/pop/queue/lp?wait=true&timeout=10000&batch=1").await;
+    let took = start.elapsed();
+    pusher.await.unwrap();
+    assert_eq!(status, 200, "{popped}");
+    assert_eq!(tx_ids(&popped), ["late"]);
+    assert!(took >= Duration::from_millis(900), "returned before the push: {took:?}");
+    assert!(took < Duration::from_millis(3000), "long poll was slow to notice the push: {took:?}");
+}
+
+#[tokio::test]
+async fn long_poll_of_a_consumer_group_wakes_on_push() {
+    let b = TestBroker::start().await;
+    let api = b.api();
+    let pusher = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        api.push("lpg", "p7", &[("late", json!(1))]).await;
+    });
+    let start = Instant::now();
+    let (status, popped) =
+        b.get("/api/v1/pop/queue/lpg?wait=true&timeout=10000&batch=5&consumerGroup=g&subscriptionMode=new").await;
+    pusher.await.unwrap();
+    assert_eq!(status, 200, "{popped}");
+    assert_eq!(tx_ids(&popped), ["late"]);
+    assert!(start.elapsed() < Duration::from_millis(3000));
+}
+
+#[tokio::test]
+async fn long_poll_answers_204_at_timeout() {
+    let b = TestBroker::start().await;
+    let start = Instant::now();
+    let (status, body) = b.get("/api/v1/pop/queue/quiet?wait=true&timeout=1000&batch=1").await;
+    let took = start.elapsed();
+    assert_eq!(status, 204);
+    assert!(body.is_null());
+    assert!(took >= Duration::from_millis(950), "answered before the timeout: {took:?}");
+    assert!(took < Duration::from_millis(2500), "answered long after the timeout: {took:?}");
+}
+
+#[tokio::test]
+async fn auto_ack_commits_the_cursor_at_delivery_without_a_lease() {
+    let b = TestBroker::start().await;
+    b.push("auto", "Default", &[("a1", json!(1)), ("a2", json!(2))]).await;
+    let popped = b.pop_some("auto", "batch=10&autoAck=true").await;
+    assert_eq!(tx_ids(&popped), ["a1", "a2"]);
+    assert_eq!(popped["leaseId"], "");
+    assert!(popped["messages"].as_array().unwrap().iter().all(|m| m["leaseId"] == ""));
+    b.pop_none("auto", "batch=10").await;
+    assert_eq!(
+        b.scalar("SELECT count(*) FROM queen.cursors WHERE consumer_group = '__QUEUE_MODE__' AND next_seq = 2 AND lease_id IS NULL")
+            .await,
+        1
+    );
+    // A later push is delivered, and only it.
+    b.push("auto", "Default", &[("a3", json!(3))]).await;
+    assert_eq!(tx_ids(&b.pop_some("auto", "batch=10&autoAck=true").await), ["a3"]);
+}
+
+/// 10 workers popping batch=1 and acking each one from a single partition:
+/// the partition lease serialises them, so the acks follow push order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_is_strict_under_10_concurrent_consumers() {
+    let b = TestBroker::start().await;
+    let ids = txids("s", 200);
+    for chunk in ids.chunks(50) {
+        b.push_txids("strict", "Default", chunk).await;
+    }
+    let order = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut workers = Vec::new();
+    for _ in 0..10 {
+        let api = b.api();
+        let order = order.clone();
+        workers.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut mine = 0;
+            loop {
+                if order.lock().unwrap().len() >= 200 {
+                    return mine;
+                }
+                assert!(Instant::now() < deadline, "consumers did not drain the queue");
+                let (status, popped) = api.pop("strict", "batch=1").await;
+                if status == 204 {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                assert_eq!(status, 200);
+                let msg = &popped["messages"][0];
+                // Recorded while the lease is held: no other worker can pop
+                // the next message until the ack below commits.
+                order.lock().unwrap().push(msg["transactionId"].as_str().unwrap().to_owned());
+                let acked = api.ack(msg, "completed", None).await;
+                assert_eq!(acked["success"], true, "{acked}");
+                assert_eq!(acked["leaseReleased"], true);
+                mine += 1;
+            }
+        }));
+    }
+    let mut per_worker = Vec::new();
+    for w in workers {
+        per_worker.push(w.await.unwrap());
+    }
+    assert_eq!(*order.lock().unwrap(), ids);
+    assert_eq!(per_worker.iter().sum::<usize>(), 200);
+}
+
+// ---------------------------------------------------------------- configure
+
+#[tokio::test]
+async fn configure_echoes_the_effective_options() {
+    let b = TestBroker::start().await;
+    let body = b.configure_ok("conf", json!({"leaseTime": 60, "retryLimit": 5, "priority": 7, "maxSize": 5000})).await;
+    assert_eq!(body["configured"], true);
+    assert_eq!(body["queue"], "conf");
+    let o = &body["options"];
+    assert_eq!(o["leaseTime"], 60);
+    assert_eq!(o["retryLimit"], 5);
+    assert_eq!(o["priority"], 7);
+    assert_eq!(o["maxSize"], 5000);
+    // Defaults for everything not given.
+    assert_eq!(o["retryDelay"], 1000);
+    assert_eq!(o["ttl"], 3600);
+    assert_eq!(o["deadLetterQueue"], true);
+    assert_eq!(o["dlqAfterMaxRetries"], true);
+    assert_eq!(o["delayedProcessing"], 0);
+    assert_eq!(o["windowBuffer"], 0);
+    assert_eq!(o["dedupWindowSeconds"], 3600);
+    assert_eq!(b.scalar("SELECT lease_time::bigint FROM queen.queues WHERE name = 'conf'").await, 60);
+}
+
+#[tokio::test]
+async fn configure_merges_absent_keys_and_replace_resets_them() {
+    let b = TestBroker::start().await;
+    b.configure_ok("merge", json!({"leaseTime": 60, "retryLimit": 5})).await;
+    let merged = b.configure_ok("merge", json!({"priority": 7})).await;
+    assert_eq!(merged["options"]["leaseTime"], 60, "absent key keeps the stored value");
+    assert_eq!(merged["options"]["retryLimit"], 5);
+    assert_eq!(merged["options"]["priority"], 7);
+    let (status, replaced) = b
+        .post("/api/v1/configure", &json!({"queue": "merge", "mode": "replace", "options": {"retryLimit": 1}}))
+        .await;
+    assert_eq!(status, 200, "{replaced}");
+    assert_eq!(replaced["options"]["leaseTime"], 300);
+    assert_eq!(replaced["options"]["priority"], 0);
+    assert_eq!(replaced["options"]["retryLimit"], 1);
+}
+
+#[tokio::test]
+async fn configure_tolerates_null_namespace_task_and_the_client_defaults() {
+    let b = TestBroker::start().await;
+    let defaults = json!({"leaseTime": 300, "retryLimit": 3, "priority": 0, "delayedProcessing": 0, "windowBuffer": 0,
+        "maxSize": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "encryptionEnabled": false,
+        "dlqAfterMaxRetries": true});
+    let (status, body) =
+        b.post("/api/v1/configure", &json!({"queue": "client", "namespace": null, "task": null, "options": defaults})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["configured"], true);
+    assert_eq!(body["options"]["leaseTime"], 300);
+    let (status, body) =
+        b.post("/api/v1/configure", &json!({"queue": "client2", "namespace": "ns", "task": "t", "options": null})).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn configure_refuses_an_unknown_option_naming_it() {
+    let b = TestBroker::start().await;
+    let (status, body) = b.configure("conf", json!({"leaseTime": 60, "bogusOption": 1})).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("bogusOption"), "{body}");
+    assert_eq!(b.written_rows().await, 0, "a refused configure writes nothing");
+}
+
+#[tokio::test]
+async fn configure_refuses_options_it_does_not_enforce() {
+    let b = TestBroker::start().await;
+    for (key, value) in [("retryDelay", 5), ("ttl", 10)] {
+        let (status, body) = b.configure("conf", json!({ key: value })).await;
+        assert_eq!(status, 400, "{key}: {body}");
+        assert!(body["error"].as_str().unwrap().contains(key), "{body}");
+    }
+    let (status, body) = b.configure("conf", json!({"leaseTime": "sixty"})).await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("leaseTime"), "{body}");
+    let (status, body) = b.configure("conf", json!({"leaseTime": 0})).await;
+    assert_eq!(status, 400);
+    assert!(body["error"].as_str().unwrap().contains("leaseTime"), "{body}");
+    assert_eq!(b.written_rows().await, 0);
+    // The defaults themselves are accepted.
+    b.configure_ok("conf", json!({"retryDelay": 1000, "ttl": 3600})).await;
+}
+
+#[tokio::test]
+async fn delayed_processing_hides_messages_until_they_are_due() {
+    let b = TestBroker::start().await;
+    b.configure_ok("delayed", json!({"delayedProcessing": 1})).await;
+    let start = Instant::now();
+    b.push("delayed", "Default", &[("d1", json!(1))]).await;
+    b.pop_none("delayed", "batch=10").await;
+    let popped = eventually(Duration::from_secs(5), "the delayed message", || async {
+        let (status, body) = b.pop("delayed", "batch=10").await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    let took = start.elapsed();
+    assert_eq!(tx_ids(&popped), ["d1"]);
+    assert!(took >= Duration::from_millis(950), "delivered too early: {took:?}");
+    assert!(took < Duration::from_millis(3000), "delivered too late: {took:?}");
+}
+
+#[tokio::test]
+async fn long_poll_wakes_for_a_delayed_message_when_it_becomes_due() {
+    let b = TestBroker::start().await;
+    b.configure_ok("delayed-lp", json!({"delayedProcessing": 1})).await;
+    let start = Instant::now();
+    b.push("delayed-lp", "Default", &[("d1", json!(1))]).await;
+    let (status, popped) = b.get("/api/v1/pop/queue/delayed-lp?wait=true&timeout=5000&batch=1").await;
+    let took = start.elapsed();
+    assert_eq!(status, 200);
+    assert_eq!(tx_ids(&popped), ["d1"]);
+    assert!(took >= Duration::from_millis(950) && took < Duration::from_millis(3000), "{took:?}");
+}
+
+#[tokio::test]
+async fn window_buffer_holds_a_partition_until_it_is_quiet() {
+    let b = TestBroker::start().await;
+    b.configure_ok("window", json!({"windowBuffer": 1})).await;
+    b.push("window", "Default", &[("w1", json!(1))]).await;
+    b.pop_none("window", "batch=10").await;
+    // The window is about time: keep the partition busy for a moment.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let last_push = Instant::now();
+    b.push("window", "Default", &[("w2", json!(2))]).await;
+    b.pop_none("window", "batch=10").await;
+    let popped = eventually(Duration::from_secs(5), "the quiet partition", || async {
+        let (status, body) = b.pop("window", "batch=10").await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    let took = last_push.elapsed();
+    assert_eq!(tx_ids(&popped), ["w1", "w2"], "the whole window is delivered together");
+    assert!(took >= Duration::from_millis(950), "delivered before the partition was quiet: {took:?}");
+    assert!(took < Duration::from_millis(3000));
+}
+
+#[tokio::test]
+async fn max_size_refuses_pushes_over_capacity() {
+    let b = TestBroker::start().await;
+    b.configure_ok("bounded", json!({"maxSize": 3})).await;
+    let ok = b.push("bounded", "Default", &[("b1", json!(1)), ("b2", json!(2)), ("b3", json!(3))]).await;
+    assert!(ok.as_array().unwrap().iter().all(|r| r["status"] == "queued"));
+    let full = b.push("bounded", "other", &[("b4", json!(4))]).await;
+    assert_eq!(full[0]["status"], "failed");
+    assert!(full[0]["error"].as_str().unwrap().contains("capacity"), "{full}");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.messages").await, 3);
+    // Consuming makes room.
+    let popped = b.pop_some("bounded", "batch=10&autoAck=true").await;
+    assert_eq!(popped["messages"].as_array().unwrap().len(), 3);
+    let again = b.push("bounded", "other", &[("b4", json!(4))]).await;
+    assert_eq!(again[0]["status"], "queued");
+}
+
+// ---------------------------------------------------------------- delete queue
+
+#[tokio::test]
+async fn delete_queue_removes_it_with_its_messages() {
+    let b = TestBroker::start().await;
+    b.push("doomed", "p1", &[("d1", json!(1)), ("d2", json!(2))]).await;
+    b.push("kept", "p1", &[("k1", json!(1))]).await;
+    b.pop_some("doomed", "batch=1&consumerGroup=g").await;
+    let (status, body) = b.delete("/api/v1/resources/queues/doomed").await;
+    assert_eq!(status, 200);
+    assert_eq!(body, json!({"deleted": true, "queue": "doomed", "existed": true}));
+    assert_eq!(
+        b.scalar(
+            "SELECT (SELECT count(*) FROM queen.queues WHERE name = 'doomed')
+                  + (SELECT count(*) FROM queen.messages WHERE transaction_id LIKE 'd%')
+                  + (SELECT count(*) FROM queen.consumer_groups WHERE queue_name = 'doomed')"
+        )
+        .await,
+        0
+    );
+    b.pop_none("doomed", "batch=10").await;
+    assert_eq!(tx_ids(&b.pop_some("kept", "batch=10").await), ["k1"], "other queues are untouched");
+    // The name can be used again from scratch.
+    b.push("doomed", "p1", &[("d1", json!(1))]).await;
+    assert_eq!(tx_ids(&b.pop_some("doomed", "batch=10").await), ["d1"]);
+}
+
+#[tokio::test]
+async fn delete_of_a_missing_queue_answers_deleted_false() {
+    let b = TestBroker::start().await;
+    let (status, body) = b.delete("/api/v1/resources/queues/never-was").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["deleted"], false);
+    assert_eq!(body["existed"], false);
 }

@@ -1,7 +1,8 @@
 -- POST /api/v1/push, and the push half of a transaction.
 --
--- Locks, in this order: queue rows FOR SHARE (only when creating a
--- partition, so a concurrent group registration sees it), then the target
+-- Locks, in this order: the queue's registration advisory lock (shared)
+-- and queue rows FOR SHARE (only when creating a partition, so a concurrent
+-- group registration sees it, even of a queue this call creates), then the target
 -- partition rows FOR NO KEY UPDATE in id order. The partition lock is held to
 -- commit, so offsets commit in order and the dedup check cannot race.
 -- One pg_notify per call, not per message.
@@ -75,6 +76,10 @@ BEGIN
      WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.queue_id = q.id AND p.name = u.pn)
      ORDER BY q.id, u.pn
   LOOP
+    -- Pairs with the exclusive lock in queen.register_group: a group that
+    -- registers while this call creates the queue itself cannot see the
+    -- queue, so one of the two must wait for the other to commit.
+    PERFORM pg_advisory_xact_lock_shared(1364542789, hashtext(r.qname));
     PERFORM 1 FROM queen.queues WHERE id = r.qid FOR SHARE;
     v_pid := NULL;
     INSERT INTO queen.partitions (queue_id, name) VALUES (r.qid, r.pn)

@@ -38,6 +38,10 @@ BEGIN
     END IF;
   END IF;
 
+  -- Serialises with pushes that create partitions (see queen.push): without
+  -- it, a registration racing the push that creates the queue sees no queue,
+  -- the push sees no group, and the group never gets a cursor on that lane.
+  PERFORM pg_advisory_xact_lock(1364542789, hashtext(p_queue));
   INSERT INTO queen.consumer_groups (queue_name, name, subscription_mode, subscription_from)
   VALUES (p_queue, p_group, v_mode, v_from)
   ON CONFLICT DO NOTHING

@@ -155,22 +155,22 @@ async fn path_op(app: &AppState, op: &str, ns: &str, key: &str, body: Option<&st
     resp
 }
 
-fn key_from(path: KeyPath, query: &Option<String>) -> Result<(String, String), Response> {
+fn key_from(path: KeyPath, query: &Option<String>) -> Result<(String, String), Box<Response>> {
     if query.is_some() {
-        return Err(kv_error(
+        return Err(Box::new(kv_error(
             StatusCode::BAD_REQUEST,
             "kv_bad_request",
             "kv_no_query_string",
             "the KV path routes take no query string",
-        ));
+        )));
     }
     path.map(|Path(p)| p).map_err(|_| {
-        kv_error(
+        Box::new(kv_error(
             StatusCode::BAD_REQUEST,
             "kv_bad_request",
             "kv_bad_key",
             "the key in the path is not valid UTF-8",
-        )
+        ))
     })
 }
 
@@ -182,7 +182,7 @@ pub(crate) async fn get_key(
 ) -> Response {
     match key_from(path, &q) {
         Ok((ns, key)) => path_op(&app, "get", &ns, &key, None).await,
-        Err(resp) => resp,
+        Err(resp) => *resp,
     }
 }
 
@@ -195,7 +195,7 @@ pub(crate) async fn put_key(
 ) -> Response {
     let (ns, key) = match key_from(path, &q) {
         Ok(k) => k,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     match json_body(&body) {
         Ok(text) => path_op(&app, "put", &ns, &key, Some(text)).await,
@@ -212,7 +212,7 @@ pub(crate) async fn delete_key(
 ) -> Response {
     let (ns, key) = match key_from(path, &q) {
         Ok(k) => k,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let empty = matches!(&body, Ok(b) if b.iter().all(u8::is_ascii_whitespace));
     if empty {

@@ -1,13 +1,17 @@
 //! Test fixtures: a database per test, cloned from a migrated template, and
-//! a broker serving it over real HTTP on an ephemeral port.
+//! a broker serving it over real HTTP on an ephemeral port (in process, or
+//! as a real `queen serve` child process).
 #![allow(dead_code)]
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
+use std::future::Future;
+use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use queen_engine::{DbConfig, Engine, EngineOptions};
 use queen_server::ServerConfig;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio_postgres::NoTls;
 
@@ -17,7 +21,8 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
-fn url_for(db: &str) -> String {
+/// The URL of database `db` on the test server.
+pub fn url_for(db: &str) -> String {
     let admin = admin_url();
     match admin.rfind('/') {
         Some(i) => format!("{}/{db}", &admin[..i]),
@@ -70,47 +75,43 @@ pub async fn fresh_database() -> String {
     name
 }
 
+/// Drops a test database (on a thread of its own, so it works from `Drop`).
+/// Kept when the test failed, for a post-mortem.
+fn drop_database_later(db: String) {
+    if std::thread::panicking() {
+        eprintln!("keeping database {db} of a failed test");
+        return;
+    }
+    let _ = std::thread::spawn(move || {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            return;
+        };
+        rt.block_on(async move {
+            if let Ok((client, conn)) = tokio_postgres::connect(&admin_url(), NoTls).await {
+                tokio::spawn(conn);
+                let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+            }
+        });
+    })
+    .join();
+}
+
 /// Settings that reach a test database.
 pub fn db_config(db: &str) -> DbConfig {
     DbConfig { url: Some(url_for(db)), pool_size: 8, ..DbConfig::default() }
 }
 
-/// A broker on its own database, serving HTTP until dropped.
-pub struct TestBroker {
+/// An HTTP client bound to one broker's base URL. Cheap to clone, so
+/// concurrent consumers can each own one.
+#[derive(Clone)]
+pub struct Api {
     pub base: String,
-    pub db: String,
-    pub engine: Arc<Engine>,
     pub http: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
 }
 
-impl TestBroker {
-    /// A broker on a fresh database.
-    pub async fn start() -> Self {
-        let db = fresh_database().await;
-        Self::on(&db).await
-    }
-
-    /// Another broker on an existing database (many brokers, one database).
-    pub async fn on(db: &str) -> Self {
-        let engine = Arc::new(Engine::connect(&db_config(db), EngineOptions::default()).expect("engine"));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let base = format!("http://{}", listener.local_addr().expect("addr"));
-        let (stop, stopped) = oneshot::channel::<()>();
-        let serving = engine.clone();
-        tokio::spawn(async move {
-            let _ = queen_server::serve(listener, serving, ServerConfig::default(), async move {
-                let _ = stopped.await;
-            })
-            .await;
-        });
-        TestBroker {
-            base,
-            db: db.to_owned(),
-            engine,
-            http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http"),
-            stop: Some(stop),
-        }
+impl Api {
+    pub fn new(base: String) -> Self {
+        Api { base, http: reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("http") }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -136,6 +137,12 @@ impl TestBroker {
         read(resp).await
     }
 
+    /// POST with no body at all (Content-Length 0), as the client sends `{}`.
+    pub async fn post_empty(&self, path: &str) -> (u16, Value) {
+        let resp = self.http.post(self.url(path)).send().await.expect("request");
+        read(resp).await
+    }
+
     pub async fn get(&self, path: &str) -> (u16, Value) {
         let resp = self.http.get(self.url(path)).send().await.expect("request");
         read(resp).await
@@ -146,15 +153,40 @@ impl TestBroker {
         read(resp).await
     }
 
+    /// POST /api/v1/configure with `options`.
+    pub async fn configure(&self, queue: &str, options: Value) -> (u16, Value) {
+        self.post("/api/v1/configure", &json!({"queue": queue, "namespace": null, "task": null, "options": options}))
+            .await
+    }
+
+    /// Configures and asserts success.
+    pub async fn configure_ok(&self, queue: &str, options: Value) -> Value {
+        let (status, body) = self.configure(queue, options).await;
+        assert_eq!(status, 200, "configure failed: {body}");
+        body
+    }
+
     /// Pushes `payloads` to `queue`/`partition` with the given transaction ids.
     pub async fn push(&self, queue: &str, partition: &str, items: &[(&str, Value)]) -> Value {
         let items: Vec<Value> = items
             .iter()
-            .map(|(tx, payload)| {
-                serde_json::json!({"queue": queue, "partition": partition, "transactionId": tx, "payload": payload})
-            })
+            .map(|(tx, payload)| json!({"queue": queue, "partition": partition, "transactionId": tx, "payload": payload}))
             .collect();
-        let (status, body) = self.post("/api/v1/push", &serde_json::json!({ "items": items })).await;
+        self.push_items(json!(items)).await
+    }
+
+    /// Pushes `txids` (payload `{"tx": id}`) to one partition.
+    pub async fn push_txids(&self, queue: &str, partition: &str, txids: &[String]) -> Value {
+        let items: Vec<Value> = txids
+            .iter()
+            .map(|tx| json!({"queue": queue, "partition": partition, "transactionId": tx, "payload": {"tx": tx}}))
+            .collect();
+        self.push_items(json!(items)).await
+    }
+
+    /// Pushes a JSON array of items and asserts 201.
+    pub async fn push_items(&self, items: Value) -> Value {
+        let (status, body) = self.post("/api/v1/push", &json!({ "items": items })).await;
         assert_eq!(status, 201, "push failed: {body}");
         body
     }
@@ -164,27 +196,122 @@ impl TestBroker {
         self.get(&format!("/api/v1/pop/queue/{queue}?wait=false&{query}")).await
     }
 
-    /// Transaction ids of a pop answer, in order.
-    pub fn tx_ids(pop: &Value) -> Vec<String> {
-        pop["messages"]
-            .as_array()
-            .map(|m| m.iter().map(|x| x["transactionId"].as_str().unwrap_or("").to_owned()).collect())
-            .unwrap_or_default()
+    /// A non-waiting pop of one partition.
+    pub async fn pop_partition(&self, queue: &str, partition: &str, query: &str) -> (u16, Value) {
+        self.get(&format!("/api/v1/pop/queue/{queue}/partition/{partition}?wait=false&{query}")).await
+    }
+
+    /// A non-waiting pop that must deliver something.
+    pub async fn pop_some(&self, queue: &str, query: &str) -> Value {
+        let (status, body) = self.pop(queue, query).await;
+        assert_eq!(status, 200, "expected messages from {queue}?{query}, got {status} {body}");
+        body
+    }
+
+    /// A non-waiting pop that must deliver nothing.
+    pub async fn pop_none(&self, queue: &str, query: &str) {
+        let (status, body) = self.pop(queue, query).await;
+        assert_eq!(status, 204, "expected nothing from {queue}?{query}, got {status} {body}");
     }
 
     /// Acks one message of a pop answer.
     pub async fn ack(&self, msg: &Value, status: &str, group: Option<&str>) -> Value {
+        self.ack_with(msg, status, None, group).await
+    }
+
+    /// Acks one message of a pop answer with an error text.
+    pub async fn ack_with(&self, msg: &Value, status: &str, error: Option<&str>, group: Option<&str>) -> Value {
         let (code, body) = self
             .post(
                 "/api/v1/ack",
-                &serde_json::json!({
+                &json!({
                     "transactionId": msg["transactionId"], "partitionId": msg["partitionId"],
-                    "leaseId": msg["leaseId"], "status": status, "error": null, "consumerGroup": group,
+                    "leaseId": msg["leaseId"], "status": status, "error": error, "consumerGroup": group,
                 }),
             )
             .await;
         assert_eq!(code, 200, "ack failed: {body}");
+        assert!(body.is_array(), "ack answers an array: {body}");
         body[0].clone()
+    }
+
+    /// POST /api/v1/ack/batch; asserts 200 and answers the result array.
+    pub async fn ack_batch(&self, acks: Value, group: Option<&str>) -> Value {
+        let (code, body) =
+            self.post("/api/v1/ack/batch", &json!({"acknowledgments": acks, "consumerGroup": group})).await;
+        assert_eq!(code, 200, "batch ack failed: {body}");
+        assert!(body.is_array(), "batch ack answers an array: {body}");
+        body
+    }
+
+    /// GET /api/v1/dlq for one queue.
+    pub async fn dlq(&self, queue: &str) -> Value {
+        let (code, body) = self.get(&format!("/api/v1/dlq?queue={queue}&limit=100&offset=0")).await;
+        assert_eq!(code, 200, "dlq failed: {body}");
+        body
+    }
+}
+
+/// A broker on its own database, serving HTTP until dropped.
+pub struct TestBroker {
+    pub base: String,
+    pub db: String,
+    pub engine: Arc<Engine>,
+    pub http: reqwest::Client,
+    api: Api,
+    stop: Option<oneshot::Sender<()>>,
+    owns_db: bool,
+}
+
+impl Deref for TestBroker {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
+    }
+}
+
+impl TestBroker {
+    /// A broker on a fresh database (dropped with the broker when the test passes).
+    pub async fn start() -> Self {
+        let db = fresh_database().await;
+        let mut b = Self::on(&db).await;
+        b.owns_db = true;
+        b
+    }
+
+    /// Another broker on an existing database (many brokers, one database).
+    pub async fn on(db: &str) -> Self {
+        let engine = Arc::new(Engine::connect(&db_config(db), EngineOptions::default()).expect("engine"));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let base = format!("http://{}", listener.local_addr().expect("addr"));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let serving = engine.clone();
+        tokio::spawn(async move {
+            let _ = queen_server::serve(listener, serving, ServerConfig::default(), async move {
+                let _ = stopped.await;
+            })
+            .await;
+        });
+        let api = Api::new(base.clone());
+        TestBroker {
+            base,
+            db: db.to_owned(),
+            engine,
+            http: api.http.clone(),
+            api,
+            stop: Some(stop),
+            owns_db: false,
+        }
+    }
+
+    /// A clonable client of this broker.
+    pub fn api(&self) -> Api {
+        self.api.clone()
+    }
+
+    /// Transaction ids of a pop answer, in order.
+    pub fn tx_ids(pop: &Value) -> Vec<String> {
+        tx_ids(pop)
     }
 
     /// A direct SQL client on this broker's database, for assertions.
@@ -193,6 +320,23 @@ impl TestBroker {
         tokio::spawn(conn);
         client
     }
+
+    /// One bigint (or count) from SQL.
+    pub async fn scalar(&self, query: &str) -> i64 {
+        let client = self.sql().await;
+        let row = client.query_one(query, &[]).await.expect("scalar query");
+        row.get::<_, i64>(0)
+    }
+
+    /// Rows in the tables a refused request must not touch.
+    pub async fn written_rows(&self) -> i64 {
+        self.scalar(
+            "SELECT (SELECT count(*) FROM queen.queues) + (SELECT count(*) FROM queen.partitions)
+                  + (SELECT count(*) FROM queen.messages) + (SELECT count(*) FROM queen.cursors)
+                  + (SELECT count(*) FROM queen.consumer_groups) + (SELECT count(*) FROM queen.dead_letters)",
+        )
+        .await
+    }
 }
 
 impl Drop for TestBroker {
@@ -200,12 +344,135 @@ impl Drop for TestBroker {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
+        if self.owns_db {
+            self.engine.close();
+            drop_database_later(self.db.clone());
+        }
+    }
+}
+
+/// Transaction ids of a pop answer, in order.
+pub fn tx_ids(pop: &Value) -> Vec<String> {
+    pop["messages"]
+        .as_array()
+        .map(|m| m.iter().map(|x| x["transactionId"].as_str().unwrap_or("").to_owned()).collect())
+        .unwrap_or_default()
+}
+
+/// `prefix-0`, `prefix-1`, ...
+pub fn txids(prefix: &str, n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("{prefix}-{i}")).collect()
+}
+
+/// Polls `f` every 50 ms until it answers `Some`, or panics after `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 async fn read(resp: reqwest::Response) -> (u16, Value) {
     let status = resp.status().as_u16();
     let text = resp.text().await.expect("body");
-    let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).expect("JSON body") };
+    let body = if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).unwrap_or(Value::String(format!("<not JSON> {text}")))
+    };
     (status, body)
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+}
+
+/// A real `queen serve` process on a test database, killed when dropped.
+pub struct BrokerProcess {
+    pub child: std::process::Child,
+    pub api: Api,
+}
+
+impl BrokerProcess {
+    /// Starts `queen serve` on `db` and waits until GET /health answers 200.
+    pub async fn spawn(db: &str) -> Self {
+        let port = free_port();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_queen"))
+            .arg("serve")
+            .env("QUEEN_DATABASE_URL", url_for(db))
+            .env("PORT", port.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("DB_POOL_SIZE", "8")
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn queen serve");
+        let mut p = BrokerProcess { child, api: Api::new(format!("http://127.0.0.1:{port}")) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(resp) = p.api.http.get(p.api.url("/health")).timeout(Duration::from_secs(2)).send().await {
+                if resp.status().as_u16() == 200 {
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("queen serve exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "queen serve did not become healthy");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        p
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM failed");
+    }
+
+    /// Waits for the process to exit, up to `limit`.
+    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "queen serve did not exit within {limit:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Deref for BrokerProcess {
+    type Target = Api;
+    fn deref(&self) -> &Api {
+        &self.api
+    }
+}
+
+impl Drop for BrokerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
