@@ -20,7 +20,11 @@ use tokio_postgres::NoTls;
 #[derive(Args)]
 pub struct BenchArgs {
     /// An admin URL of the PostgreSQL to bench on; the bench creates (and drops) its own database.
-    #[arg(long, env = "QUEEN_BENCH_DATABASE_URL", default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    #[arg(
+        long,
+        env = "QUEEN_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
     database_url: String,
     /// Workloads, comma separated: push-1, push-100, pop-ack, kv-get, kv-put, kv-put-if-absent,
     /// kv-incr, once-ack, kv-prefix.
@@ -93,7 +97,10 @@ fn db_url(admin: &str, db: &str) -> String {
 async fn admin_exec(url: &str, sql: &str) -> anyhow::Result<()> {
     let (client, conn) = tokio_postgres::connect(url, NoTls).await.context("connecting to PostgreSQL")?;
     tokio::spawn(conn);
-    client.batch_execute(sql).await?;
+    client.batch_execute(sql).await.map_err(|e| match e.as_db_error() {
+        Some(db) => anyhow::anyhow!("{}: {}", db.code().code(), db.message()),
+        None => anyhow::anyhow!(e),
+    })?;
     Ok(())
 }
 
@@ -196,14 +203,25 @@ async fn prepare(w: Workload, url: &str, clients: usize) -> anyhow::Result<()> {
 }
 
 /// One HTTP op of the workload; `Ok(false)` when the answer is wrong.
-async fn http_op(w: Workload, http: &reqwest::Client, base: &str, client_id: usize, rng: &mut Rng) -> anyhow::Result<bool> {
+async fn http_op(
+    w: Workload,
+    http: &reqwest::Client,
+    base: &str,
+    client_id: usize,
+    rng: &mut Rng,
+) -> anyhow::Result<bool> {
     let post = |path: &str, body: String| {
         http.post(format!("{base}{path}")).header("content-type", "application/json").body(body).send()
     };
     let resp = match w {
         Workload::Push1 => {
-            post("/api/v1/push", format!(r#"{{"items":[{{"queue":"bench","partition":"p{client_id}","payload":{{"n":1}}}}]}}"#))
-                .await?
+            post(
+                "/api/v1/push",
+                format!(
+                    r#"{{"items":[{{"queue":"bench","partition":"p{client_id}","payload":{{"n":1}}}}]}}"#
+                ),
+            )
+            .await?
         }
         Workload::Push100 => {
             let item = format!(r#"{{"queue":"bench","partition":"p{client_id}","payload":{{"n":1}}}}"#);
@@ -236,7 +254,8 @@ async fn http_op(w: Workload, http: &reqwest::Client, base: &str, client_id: usi
         }
         Workload::KvGet => {
             let k = rng.next() % 10000 + 1;
-            post("/api/v1/kv", format!(r#"{{"operations":[{{"op":"get","ns":"bench","key":"k:{k}"}}]}}"#)).await?
+            post("/api/v1/kv", format!(r#"{{"operations":[{{"op":"get","ns":"bench","key":"k:{k}"}}]}}"#))
+                .await?
         }
         Workload::KvPut => {
             let k = rng.next() % 10000 + 1;
@@ -265,7 +284,13 @@ async fn http_op(w: Workload, http: &reqwest::Client, base: &str, client_id: usi
     Ok(ok)
 }
 
-async fn run_ours(w: Workload, base: &str, clients: usize, seconds: u64, pid: u32) -> anyhow::Result<(f64, Histogram<u64>, f64)> {
+async fn run_ours(
+    w: Workload,
+    base: &str,
+    clients: usize,
+    seconds: u64,
+    pid: u32,
+) -> anyhow::Result<(f64, Histogram<u64>, f64)> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
@@ -338,7 +363,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         args.clients.split(',').map(|c| c.trim().parse()).collect::<Result<_, _>>().context("--clients")?;
     let db = format!("queen_bench_{}", std::process::id());
     let url = db_url(&args.database_url, &db);
-    admin_exec(&args.database_url, &format!("DROP DATABASE IF EXISTS {db}; CREATE DATABASE {db}")).await?;
+    admin_exec(&args.database_url, &format!("DROP DATABASE IF EXISTS {db}")).await?;
+    admin_exec(&args.database_url, &format!("CREATE DATABASE {db}")).await?;
 
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0")?;
@@ -359,7 +385,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let broker = Broker { child, base: format!("http://127.0.0.1:{port}") };
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while http.get(format!("{}/health", broker.base)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
+    while http.get(format!("{}/health", broker.base)).send().await.map(|r| r.status() != 200).unwrap_or(true)
+    {
         if Instant::now() > deadline {
             bail!("the broker did not become healthy");
         }
@@ -370,11 +397,8 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     println!("| workload | clients | ours ops/s | p50 ms | p99 ms | p999 ms | pgbench tx/s | pgbench avg ms | ours/pgbench | broker RSS MB |");
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for &w in &workloads {
-        let points_clients: Vec<usize> = if matches!(w, Workload::KvPrefix1k | Workload::KvPrefix1m) {
-            vec![1]
-        } else {
-            clients.clone()
-        };
+        let points_clients: Vec<usize> =
+            if matches!(w, Workload::KvPrefix1k | Workload::KvPrefix1m) { vec![1] } else { clients.clone() };
         for &c in &points_clients {
             // A fresh backlog per point for the consuming workloads.
             admin_exec(&url, "TRUNCATE queen.messages, queen.cursors, queen.partitions, queen.queues CASCADE; DELETE FROM queen.consumer_groups;")
@@ -398,7 +422,9 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 rows_per_op: w.rows(),
                 broker_rss_mb: rss,
             };
-            let opt = |v: Option<f64>, digits: usize| v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "n/a".into());
+            let opt = |v: Option<f64>, digits: usize| {
+                v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "n/a".into())
+            };
             println!(
                 "| {} | {} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {:.1} |",
                 p.workload,

@@ -57,6 +57,14 @@ fn account(name: &str) -> Option<(u32, u32)> {
 /// The directory holding initdb, pg_ctl and postgres: the newest
 /// /usr/lib/postgresql/N/bin, else whatever PATH has.
 fn find_binaries() -> anyhow::Result<PathBuf> {
+    // An explicit choice (also how the tests simulate a machine without PostgreSQL).
+    if let Some(dir) = std::env::var_os("QUEEN_PG_BIN_DIR").filter(|v| !v.is_empty()) {
+        let dir = PathBuf::from(dir);
+        if dir.join("initdb").exists() && dir.join("pg_ctl").exists() {
+            return Ok(dir);
+        }
+        bail!("{}\n(QUEEN_PG_BIN_DIR={} holds no initdb and pg_ctl)", missing_binaries(), dir.display());
+    }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -78,7 +86,11 @@ fn find_binaries() -> anyhow::Result<PathBuf> {
             }
         }
     }
-    bail!(
+    bail!("{}", missing_binaries())
+}
+
+fn missing_binaries() -> &'static str {
+    concat!(
         "queen serve was given no database, so it wants to start a private PostgreSQL, \
          but the PostgreSQL server binaries (initdb, pg_ctl, postgres) are not installed.\n\
          Install them, then run queen serve again:\n  \

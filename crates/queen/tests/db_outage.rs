@@ -1,0 +1,124 @@
+//! PostgreSQL going away: the broker answers 503 with Retry-After while it
+//! is gone, recovers by itself when it returns, and loses nothing committed.
+//! The outage is a TCP proxy between the broker and PostgreSQL that the test
+//! cuts and restores, so the shared test server keeps running.
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use queen_engine::{DbConfig, Engine, EngineOptions};
+use queen_server::ServerConfig;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+struct Proxy {
+    port: u16,
+    up: Arc<AtomicBool>,
+    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let port = listener.local_addr().expect("addr").port();
+        let up = Arc::new(AtomicBool::new(true));
+        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (up2, links2) = (up.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !up2.load(Ordering::SeqCst) {
+                    continue; // dropped: connection refused-ish
+                }
+                let upstream = upstream.clone();
+                let link = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                links2.lock().expect("links").push(link);
+            }
+        });
+        Proxy { port, up, links }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for link in self.links.lock().expect("links").drain(..) {
+            link.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn database_outage_answers_503_with_retry_after_and_recovers_without_restart() {
+    let db = common::fresh_database().await;
+    let admin = common::admin_url();
+    let host_port =
+        admin.split('@').nth(1).and_then(|s| s.split('/').next()).unwrap_or("127.0.0.1:5432").to_owned();
+    let proxy = Proxy::start(host_port).await;
+    let url = format!("postgres://postgres@127.0.0.1:{}/{db}", proxy.port);
+    let engine = Arc::new(
+        Engine::connect(
+            &DbConfig { url: Some(url), pool_size: 4, ..DbConfig::default() },
+            EngineOptions::default(),
+        )
+        .expect("engine"),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(queen_server::serve(listener, engine, ServerConfig::default(), std::future::pending()));
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("http");
+    let push = |tx: &'static str| {
+        http.post(format!("{base}/api/v1/push"))
+            .json(&serde_json::json!({"items": [{"queue": "outage", "payload": {"tx": tx}, "transactionId": tx}]}))
+            .send()
+    };
+
+    assert_eq!(push("before").await.expect("push").status(), 201);
+
+    proxy.cut();
+    let resp = push("during").await.expect("push during the outage");
+    assert_eq!(resp.status(), 503, "a database that is down is a 503");
+    assert_eq!(resp.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
+    let body: serde_json::Value = resp.json().await.expect("json");
+    assert!(body["error"].is_string(), "503 body carries an error: {body}");
+    let health = http.get(format!("{base}/health")).send().await.expect("health");
+    assert_eq!(health.status(), 503);
+
+    proxy.restore();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = push("after").await.expect("push after").status();
+        if status == 201 {
+            break;
+        }
+        assert_eq!(status, 503, "while recovering the broker answers 503, never another error");
+        assert!(Instant::now() < deadline, "the broker did not recover by itself");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let popped: serde_json::Value = http
+        .get(format!("{base}/api/v1/pop/queue/outage?batch=10&wait=false"))
+        .send()
+        .await
+        .expect("pop")
+        .json()
+        .await
+        .expect("json");
+    let txs: Vec<&str> = popped["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .filter_map(|m| m["transactionId"].as_str())
+        .collect();
+    assert_eq!(
+        txs,
+        ["before", "after"],
+        "what was committed before the outage survives; the refused push did not happen"
+    );
+}
