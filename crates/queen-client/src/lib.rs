@@ -1,1 +1,69 @@
-//! placeholder
+//! The Rust SDK of Queen: a typed client over a [`Broker`], which is either
+//! the HTTP API ([`HttpBroker`]) or the engine in this process
+//! ([`EmbeddedBroker`], no HTTP, the same SQL).
+//!
+//! ```no_run
+//! # async fn demo() -> queen_client::Result<()> {
+//! use queen_client::{Expiry, Queen, TxOutcome};
+//!
+//! let queen = Queen::connect("http://127.0.0.1:6632")?;
+//! let orders = queen.queue("orders");
+//! orders.push(&serde_json::json!({"order": 9137})).await?;
+//! for msg in orders.pop().batch(10).fetch().await? {
+//!     let key = format!("charge:{}", msg.transaction_id);
+//!     match queen.tx().once("charges", &key, Expiry::secs(86_400)?).ack(&msg).commit().await? {
+//!         TxOutcome::Committed { .. } => {}
+//!         // Done before: nothing committed, so take the message off separately.
+//!         TxOutcome::PreconditionLost { .. } => {
+//!             queen.ack(&msg).await?;
+//!         }
+//!     }
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! What this crate must not do:
+//! - decide what input is valid beyond what the types already rule out
+//!   (an expiry is required, `expect` is typed): every rule is the broker's,
+//!   and its refusals come back as [`Error::Status`] with its code;
+//! - turn a verdict into an error: an absent key, a write that did not
+//!   apply and a lost `required` precondition are values, never `Err`;
+//! - retry anything but a connection error or a 5xx: never a 4xx, never a
+//!   200, whatever its body says;
+//! - pass numbers through `f64`: payloads and KV values are raw JSON text,
+//!   and a counter past `i64` is [`Error::Precision`], never a rounded number;
+//! - hold state that correctness depends on: leases, cursors and KV values
+//!   live in the broker; the only memory is a push buffer the caller flushes.
+
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![warn(missing_docs)]
+
+mod broker;
+mod buffer;
+mod client;
+mod consume;
+mod error;
+mod http;
+mod kv;
+mod message;
+mod state;
+mod tx;
+
+pub use broker::{Broker, EmbeddedBroker};
+pub use buffer::{Buffer, BufferOptions};
+pub use client::{Pop, Queen, Queue, QueueOptions, Subscription, DEFAULT_STATE_NS};
+pub use consume::{ConsumeStats, Consumer, HandlerError, StopSignal};
+pub use error::{Error, Result};
+pub use http::{HttpBroker, HttpConfig, RetryPolicy};
+pub use kv::{
+    parse_i64, Counter, Entry, Expect, Expiry, Incr, Kv, KvResult, Many, Page, Pages, Reason, Write,
+};
+pub use message::{
+    state_key, Ack, AckResult, AckStatus, DeadLetter, DlqPage, LeaseRenewal, Message, PushItem, PushResult,
+    PushStatus, QUEUE_MODE,
+};
+pub use state::State;
+pub use tx::{Tx, TxKv, TxOutcome, TxQueue, TxResult};
+
+/// Engine types the [`Broker`] trait speaks.
+pub use queen_engine::{DbConfig, DlqQuery, EngineOptions, Json, PopRequest};

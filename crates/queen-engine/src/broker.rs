@@ -173,14 +173,14 @@ impl Engine {
 
     /// Pushes a JSON array of items; answers the per-item results array.
     pub async fn push(&self, items: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.push($1::text::json)::text", &[&items]).await
+        self.call_json("SELECT queen.push_api($1::text::json)::text", &[&items]).await
     }
 
     /// One pop attempt; `None` when nothing is deliverable now.
     pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
         Ok(self
             .call(
-                "SELECT queen.pop($1, $2, $3, $4, $5, $6, $7, $8, $9)::text",
+                "SELECT queen.pop_api($1, $2, $3, $4, $5, $6, $7, $8, $9)::text",
                 &[
                     &req.queue,
                     &req.partition,

@@ -23,6 +23,13 @@ pub enum EngineError {
     /// PostgreSQL is down, restarting, or the pool is exhausted.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// The input holds text PostgreSQL cannot store (`\u0000`, a lone
+    /// surrogate); bad input, answered 400 in the envelope of the route.
+    #[error("unstorable text: {0}")]
+    UnstorableText(String),
+    /// The operation is paused by a maintenance switch; `0` is the JSON body (HTTP 503).
+    #[error("paused: {0}")]
+    Paused(String),
     /// A concurrent transaction won a serialization or deadlock race.
     #[error("conflict, retry: {0}")]
     Conflict(String),
@@ -45,16 +52,10 @@ impl From<tokio_postgres::Error> for EngineError {
             "QN400" => EngineError::Rejected { status: 400, body: db.message().to_owned() },
             "QN413" => EngineError::Rejected { status: 413, body: db.message().to_owned() },
             "QN200" => EngineError::Refused(db.message().to_owned()),
+            "QN404" => EngineError::Rejected { status: 404, body: db.message().to_owned() },
+            "QN503" => EngineError::Paused(db.message().to_owned()),
             // Text PostgreSQL cannot hold: \u0000 or a lone surrogate in a JSON string.
-            "22P05" | "22021" => EngineError::Rejected {
-                status: 400,
-                body: serde_json::json!({
-                    "error": "body contains a string PostgreSQL cannot store (\\u0000 or a lone surrogate)",
-                    "code": "bad_request",
-                    "detail": db.message(),
-                })
-                .to_string(),
-            },
+            "22P05" | "22021" | "22P02" => EngineError::UnstorableText(db.message().to_owned()),
             "40001" | "40P01" => EngineError::Conflict(db.message().to_owned()),
             _ if code.starts_with("08") || code.starts_with("57P") || code == "53300" => {
                 EngineError::Unavailable(db.message().to_owned())

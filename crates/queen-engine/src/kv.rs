@@ -173,6 +173,24 @@ impl KvOp {
     }
 }
 
+/// Text PostgreSQL's `json` refuses although it is JSON (a lone surrogate
+/// such as `"\ud800"`) fails the cast with 22P02 before `queen.kv_batch`
+/// runs: it is bad input, answered in the KV envelope, not a 500.
+fn kv_input_error(e: EngineError) -> EngineError {
+    match e {
+        EngineError::UnstorableText(detail) => EngineError::Rejected {
+            status: 400,
+            body: serde_json::json!({
+                "error": "kv_bad_request",
+                "reason": "kv_bad_body",
+                "detail": format!("the body is not JSON PostgreSQL accepts: {detail}"),
+            })
+            .to_string(),
+        },
+        other => other,
+    }
+}
+
 /// The wire array of several ops.
 pub fn ops_to_wire(ops: &[KvOp]) -> String {
     let items: Vec<String> = ops.iter().map(KvOp::to_wire).collect();
@@ -271,7 +289,9 @@ impl Engine {
     /// carrying the 200 body.
     pub async fn kv(&self, body: &str) -> Result<Json, EngineError> {
         let ctx = format!("{{\"maxReadBytes\":{}}}", self.kv_max_read_bytes());
-        self.call_json("SELECT queen.kv_batch($1::text::json, $2::text::jsonb)::text", &[&body, &ctx]).await
+        self.call_json("SELECT queen.kv_batch($1::text::json, $2::text::jsonb)::text", &[&body, &ctx])
+            .await
+            .map_err(kv_input_error)
     }
 
     /// Runs typed KV operations in one transaction.

@@ -12,6 +12,7 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
+mod admin;
 mod broker;
 mod config;
 mod error;
@@ -19,6 +20,7 @@ mod kv;
 mod migrate;
 mod notifier;
 
+pub use admin::QueueDepth;
 pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
 pub use config::DbConfig;
 pub use error::EngineError;

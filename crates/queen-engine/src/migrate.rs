@@ -20,6 +20,7 @@ pub struct Migration {
 pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "0001_broker.sql", sql: include_str!("../sql/migrations/0001_broker.sql") },
     Migration { version: 2, name: "0002_kv.sql", sql: include_str!("../sql/migrations/0002_kv.sql") },
+    Migration { version: 3, name: "0003_admin.sql", sql: include_str!("../sql/migrations/0003_admin.sql") },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.
@@ -33,6 +34,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0007_kv.sql"),
     include_str!("../sql/functions/0008_kv_batch.sql"),
     include_str!("../sql/functions/0009_transaction.sql"),
+    include_str!("../sql/functions/0010_admin.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

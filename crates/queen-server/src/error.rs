@@ -63,6 +63,19 @@ impl IntoResponse for ApiError {
                 json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), body)
             }
             ApiError::Engine(EngineError::Refused(body)) => json_response(StatusCode::OK, body),
+            ApiError::Engine(EngineError::UnstorableText(detail)) => {
+                let body = serde_json::json!({
+                    "error": "body contains a string PostgreSQL cannot store (\\u0000 or a lone surrogate)",
+                    "code": "bad_request",
+                    "detail": detail,
+                });
+                json_response(StatusCode::BAD_REQUEST, body.to_string())
+            }
+            ApiError::Engine(EngineError::Paused(body)) => {
+                let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, body);
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp
+            }
             ApiError::Engine(e @ (EngineError::Unavailable(_) | EngineError::Conflict(_))) => {
                 tracing::warn!(error = %e, "answering 503");
                 let body = serde_json::json!({

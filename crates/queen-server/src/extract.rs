@@ -55,3 +55,13 @@ impl Params {
         }
     }
 }
+
+/// The body as JSON text that must be an object. serde would also read a
+/// struct from a JSON array (by position), so `[[...]]` must be refused here.
+pub(crate) fn object_body(body: &Result<Bytes, BytesRejection>) -> Result<&str, ApiError> {
+    let text = json_body(body)?;
+    if !text.trim_start().starts_with('{') {
+        return Err(ApiError::bad("body", "must be a JSON object"));
+    }
+    Ok(text)
+}

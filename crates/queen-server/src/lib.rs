@@ -9,6 +9,7 @@
 
 mod error;
 mod extract;
+mod metrics;
 mod routes;
 
 use std::future::Future;
@@ -40,12 +41,32 @@ impl Default for ServerConfig {
 pub(crate) struct AppState {
     pub engine: Arc<Engine>,
     pub config: ServerConfig,
+    pub started: std::time::Instant,
 }
 
 /// The whole API as an axum router.
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let limit = config.max_body_bytes;
-    routes::router().with_state(Arc::new(AppState { engine, config })).layer(DefaultBodyLimit::max(limit))
+    // Installed before the first request so every family is recorded.
+    let _ = metrics::handle();
+    routes::router()
+        .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
+        .layer(axum::middleware::from_fn(metrics::track))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+            tower_http::request_id::MakeRequestUuid,
+        ))
+}
+
+/// One span per request, named by the route template and the request id;
+/// never the URI, so KV keys in path routes do not reach the logs.
+fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
+    let route =
+        req.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str()).unwrap_or("unmatched");
+    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
 }
 
 /// Serves until `shutdown` resolves, then wakes the long polls, lets

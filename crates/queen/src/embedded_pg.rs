@@ -90,15 +90,13 @@ fn find_binaries() -> anyhow::Result<PathBuf> {
 }
 
 fn missing_binaries() -> &'static str {
-    concat!(
-        "queen serve was given no database, so it wants to start a private PostgreSQL, \
+    "queen serve was given no database, so it wants to start a private PostgreSQL, \
          but the PostgreSQL server binaries (initdb, pg_ctl, postgres) are not installed.\n\
          Install them, then run queen serve again:\n  \
          Debian/Ubuntu: apt-get update && apt-get install -y postgresql\n  \
          Fedora/RHEL:   dnf install -y postgresql-server\n  \
          macOS:         brew install postgresql@15\n\
          Or point queen at a running server: queen serve --database-url postgres://user@host/db"
-    )
 }
 
 impl EmbeddedPostgres {

@@ -19,7 +19,8 @@ fn distinct(pop: &Value, key: &str) -> HashSet<String> {
 #[tokio::test]
 async fn push_answers_201_with_snake_case_ids_and_pop_returns_them_in_order() {
     let b = TestBroker::start().await;
-    let pushed = b.push("orders", "Default", &[("t1", json!({"n": 1})), ("t2", json!(null)), ("t3", json!({}))]).await;
+    let pushed =
+        b.push("orders", "Default", &[("t1", json!({"n": 1})), ("t2", json!(null)), ("t3", json!({}))]).await;
     assert_eq!(pushed.as_array().map(Vec::len), Some(3));
     assert_eq!(pushed[0]["status"], "queued");
     assert_eq!(pushed[0]["index"], 0);
@@ -347,8 +348,9 @@ async fn long_poll_of_a_consumer_group_wakes_on_push() {
         api.push("lpg", "p7", &[("late", json!(1))]).await;
     });
     let start = Instant::now();
-    let (status, popped) =
-        b.get("/api/v1/pop/queue/lpg?wait=true&timeout=10000&batch=5&consumerGroup=g&subscriptionMode=new").await;
+    let (status, popped) = b
+        .get("/api/v1/pop/queue/lpg?wait=true&timeout=10000&batch=5&consumerGroup=g&subscriptionMode=new")
+        .await;
     pusher.await.unwrap();
     assert_eq!(status, 200, "{popped}");
     assert_eq!(tx_ids(&popped), ["late"]);
@@ -438,7 +440,9 @@ async fn fifo_is_strict_under_10_concurrent_consumers() {
 #[tokio::test]
 async fn configure_echoes_the_effective_options() {
     let b = TestBroker::start().await;
-    let body = b.configure_ok("conf", json!({"leaseTime": 60, "retryLimit": 5, "priority": 7, "maxSize": 5000})).await;
+    let body = b
+        .configure_ok("conf", json!({"leaseTime": 60, "retryLimit": 5, "priority": 7, "maxSize": 5000}))
+        .await;
     assert_eq!(body["configured"], true);
     assert_eq!(body["queue"], "conf");
     let o = &body["options"];
@@ -466,7 +470,10 @@ async fn configure_merges_absent_keys_and_replace_resets_them() {
     assert_eq!(merged["options"]["retryLimit"], 5);
     assert_eq!(merged["options"]["priority"], 7);
     let (status, replaced) = b
-        .post("/api/v1/configure", &json!({"queue": "merge", "mode": "replace", "options": {"retryLimit": 1}}))
+        .post(
+            "/api/v1/configure",
+            &json!({"queue": "merge", "mode": "replace", "options": {"retryLimit": 1}}),
+        )
         .await;
     assert_eq!(status, 200, "{replaced}");
     assert_eq!(replaced["options"]["leaseTime"], 300);
@@ -480,13 +487,21 @@ async fn configure_tolerates_null_namespace_task_and_the_client_defaults() {
     let defaults = json!({"leaseTime": 300, "retryLimit": 3, "priority": 0, "delayedProcessing": 0, "windowBuffer": 0,
         "maxSize": 0, "retentionSeconds": 0, "completedRetentionSeconds": 0, "encryptionEnabled": false,
         "dlqAfterMaxRetries": true});
-    let (status, body) =
-        b.post("/api/v1/configure", &json!({"queue": "client", "namespace": null, "task": null, "options": defaults})).await;
+    let (status, body) = b
+        .post(
+            "/api/v1/configure",
+            &json!({"queue": "client", "namespace": null, "task": null, "options": defaults}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["configured"], true);
     assert_eq!(body["options"]["leaseTime"], 300);
-    let (status, body) =
-        b.post("/api/v1/configure", &json!({"queue": "client2", "namespace": "ns", "task": "t", "options": null})).await;
+    let (status, body) = b
+        .post(
+            "/api/v1/configure",
+            &json!({"queue": "client2", "namespace": "ns", "task": "t", "options": null}),
+        )
+        .await;
     assert_eq!(status, 200, "{body}");
 }
 
@@ -622,4 +637,101 @@ async fn delete_of_a_missing_queue_answers_deleted_false() {
     assert_eq!(status, 200);
     assert_eq!(body["deleted"], false);
     assert_eq!(body["existed"], false);
+}
+
+// ---------------------------------------------------------------- more
+
+#[tokio::test]
+async fn delayed_processing_delivers_only_the_messages_that_are_due() {
+    let b = TestBroker::start().await;
+    b.configure_ok("due", json!({"delayedProcessing": 1})).await;
+    b.push("due", "Default", &[("early", json!(1))]).await;
+    // The rule is about time: the second message is younger by half a second.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.push("due", "Default", &[("later", json!(2))]).await;
+    let first = eventually(Duration::from_secs(5), "the first message to be due", || async {
+        let (status, body) = b.pop("due", "batch=10").await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(tx_ids(&first), ["early"], "the younger message is not due yet");
+    b.ack(&first["messages"][0], "completed", None).await;
+    let second = eventually(Duration::from_secs(5), "the second message to be due", || async {
+        let (status, body) = b.pop("due", "batch=10").await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert_eq!(tx_ids(&second), ["later"]);
+}
+
+#[tokio::test]
+async fn dedup_window_is_configurable_and_expires() {
+    let b = TestBroker::start().await;
+    b.configure_ok("window-dedup", json!({"dedupWindowSeconds": 1})).await;
+    let first = b.push("window-dedup", "Default", &[("same", json!(1))]).await;
+    assert_eq!(b.push("window-dedup", "Default", &[("same", json!(2))]).await[0]["status"], "duplicate");
+    let again = eventually(Duration::from_secs(5), "the dedup window to pass", || async {
+        let r = b.push("window-dedup", "Default", &[("same", json!(3))]).await;
+        (r[0]["status"] == "queued").then_some(r)
+    })
+    .await;
+    assert_ne!(again[0]["message_id"], first[0]["message_id"]);
+    let popped = b.pop_some("window-dedup", "batch=10").await;
+    assert_eq!(tx_ids(&popped), ["same", "same"]);
+    assert_eq!(popped["messages"][1]["data"], json!(3));
+}
+
+/// Many consumers sweeping many partitions and batch-acking across them at
+/// once: nothing is lost, nothing is delivered twice, no call fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_multi_partition_consumers_consume_everything_exactly_once() {
+    let b = TestBroker::start().await;
+    let mut items = Vec::new();
+    for p in 0..8 {
+        for i in 0..25 {
+            items.push(json!({"queue": "sweep", "partition": format!("p{p}"), "transactionId": format!("p{p}-{i:02}"), "payload": i}));
+        }
+    }
+    b.push_items(json!(items)).await;
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let mut workers = Vec::new();
+    for w in 0..6 {
+        let api = b.api();
+        let seen = seen.clone();
+        workers.push(tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let mut idle = 0;
+            while idle < 20 {
+                assert!(Instant::now() < deadline, "consumers did not finish");
+                let (status, popped) = api.pop("sweep", &format!("batch={}&partitions=3", 4 + w)).await;
+                if status == 204 {
+                    idle += 1;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+                assert_eq!(status, 200, "{popped}");
+                idle = 0;
+                let msgs = popped["messages"].as_array().unwrap();
+                seen.lock().unwrap().extend(tx_ids(&popped));
+                let acks: Vec<Value> = msgs
+                    .iter()
+                    .map(|m| json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"], "status": "completed", "error": null}))
+                    .collect();
+                let res = api.ack_batch(json!(acks), None).await;
+                assert!(res.as_array().unwrap().iter().all(|r| r["success"] == true), "{res}");
+            }
+        }));
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 200, "every message exactly once");
+    assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 200);
+    for p in 0..8 {
+        let lane: Vec<&String> = seen.iter().filter(|t| t.starts_with(&format!("p{p}-"))).collect();
+        let mut sorted = lane.clone();
+        sorted.sort();
+        assert_eq!(lane, sorted, "partition p{p} in order");
+    }
 }

@@ -47,8 +47,10 @@ BEGIN
   RETURN json_build_object('messages', coalesce(v_rows, '[]'::json), 'total', v_total);
 END $$;
 
--- DELETE /api/v1/consumer-groups/:group[/queues/:queue]. A later pop with
--- the same name registers afresh. Queue mode is a group like any other.
+-- DELETE /api/v1/consumer-groups/:group[/queues/:queue]. With
+-- deleteMetadata a later pop with the same name registers afresh; without it
+-- the group restarts from its stored subscription. Queue mode is a group
+-- like any other.
 CREATE OR REPLACE FUNCTION queen.delete_consumer_group(p_group text, p_queue text, p_delete_metadata boolean)
 RETURNS json
 LANGUAGE plpgsql AS $$
@@ -70,6 +72,24 @@ BEGIN
       RETURNING 1
     )
     SELECT count(*) INTO v_meta FROM gone;
+  ELSE
+    -- The registration stays, so the next pop will not register again: give
+    -- the group fresh cursors at its stored start position now, or it would
+    -- never see those lanes again. 'new' starts after the join time.
+    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
+    SELECT p.id, g.name, q.id,
+           CASE g.subscription_mode
+             WHEN 'all' THEN 0
+             WHEN 'new' THEN coalesce((SELECT min(m.seq) FROM queen.messages m
+                                        WHERE m.partition_id = p.id AND m.created_at > g.created_at), p.next_seq)
+             ELSE coalesce((SELECT min(m.seq) FROM queen.messages m
+                             WHERE m.partition_id = p.id AND m.created_at >= g.subscription_from), p.next_seq)
+           END
+      FROM queen.consumer_groups g
+      JOIN queen.queues q ON q.name = g.queue_name
+      JOIN queen.partitions p ON p.queue_id = q.id
+     WHERE g.name = p_group AND (p_queue IS NULL OR g.queue_name = p_queue)
+    ON CONFLICT DO NOTHING;
   END IF;
   RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
     'deletedPartitions', v_cursors, 'metadataDeleted', v_meta > 0);

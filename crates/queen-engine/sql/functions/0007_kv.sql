@@ -174,6 +174,27 @@ BEGIN
     'nextAfter', CASE WHEN v_truncated THEN v_last END);
 END $$;
 
+-- A version must be drawn after the key's row is locked: an INSERT draws its
+-- VALUES version before it waits for a conflicting writer, and if that row
+-- is then deleted the insert goes ahead with a version lower than one the
+-- key already had (versions would move backwards; lock tokens rely on them
+-- rising). So ON CONFLICT DO UPDATE draws its own version, and a fresh
+-- insert is re-stamped when any version was drawn after its own (cheap:
+-- without concurrent writers last_value is still ours).
+CREATE OR REPLACE FUNCTION queen.kv_restamp(p_ns text, p_key text, p_draw bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_version bigint;
+BEGIN
+  IF (SELECT last_value FROM queen.kv_version_seq) = p_draw THEN
+    RETURN p_draw;
+  END IF;
+  UPDATE queen.kv t SET version = nextval('queen.kv_version_seq')
+   WHERE t.ns = p_ns AND t.key = p_key
+  RETURNING t.version INTO v_version;
+  RETURN v_version;
+END $$;
+
 -- put: no expect is an unconditional upsert that replaces value and expiry;
 -- expect 0 means "must not exist" and wins over an expired row; expect N > 0
 -- is a pure update that creates nothing.
@@ -184,26 +205,25 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_expires timestamptz := queen.kv_expiry(p_ttl_seconds, p_forever);
   v_version bigint;
+  v_draw bigint;
   k queen.kv;
 BEGIN
-  IF p_expect IS NULL THEN
+  IF p_expect IS NULL OR p_expect = 0 THEN
+    -- expect 0: a live conflicting row stays locked (ON CONFLICT locks it
+    -- even when the WHERE refuses the update), so the read below sees the winner.
+    v_draw := nextval('queen.kv_version_seq');
     INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
-    VALUES (p_ns, p_key, p_value, nextval('queen.kv_version_seq'), v_expires, now())
+    VALUES (p_ns, p_key, p_value, v_draw, v_expires, now())
     ON CONFLICT (ns, key) DO UPDATE
-      SET value = EXCLUDED.value, version = EXCLUDED.version,
+      SET value = EXCLUDED.value, version = nextval('queen.kv_version_seq'),
           expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
-    RETURNING t.version INTO v_version;
-  ELSIF p_expect = 0 THEN
-    -- A live conflicting row stays locked, so the read below sees the winner.
-    INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
-    VALUES (p_ns, p_key, p_value, nextval('queen.kv_version_seq'), v_expires, now())
-    ON CONFLICT (ns, key) DO UPDATE
-      SET value = EXCLUDED.value, version = EXCLUDED.version,
-          expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
-      WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
+      WHERE p_expect IS NULL OR (t.expires_at IS NOT NULL AND t.expires_at <= now())
     RETURNING t.version INTO v_version;
     IF v_version IS NULL THEN
       RETURN queen.kv_refused(p_key, 'exists', queen.kv_live(p_ns, p_key));
+    END IF;
+    IF v_version = v_draw THEN
+      v_version := queen.kv_restamp(p_ns, p_key, v_draw);
     END IF;
   ELSE
     UPDATE queen.kv AS t
@@ -226,14 +246,19 @@ LANGUAGE sql AS $$
   SELECT queen.kv_put(p_ns, p_key, p_value, p_ttl_seconds, p_forever, 0)
 $$;
 
--- delete: of a live row only; expect N > 0 must match its version.
+-- delete: of a live row only; expect N > 0 must match its version. expect 0
+-- ("must not exist") is a legal expect that can never delete anything: a
+-- live key answers exists, an absent one absent.
 CREATE OR REPLACE FUNCTION queen.kv_delete(p_ns text, p_key text, p_expect bigint) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
   k queen.kv;
 BEGIN
-  IF p_expect IS NOT NULL AND p_expect <= 0 THEN
-    PERFORM queen.kv_reject('kv_bad_expect', 'delete takes expect > 0 (expect 0, "must not exist", can never delete anything)');
+  IF p_expect = 0 THEN
+    SELECT * INTO k FROM queen.kv t
+     WHERE t.ns = p_ns AND t.key = p_key AND (t.expires_at IS NULL OR t.expires_at > now())
+     FOR SHARE;
+    RETURN queen.kv_refused(p_key, CASE WHEN k.version IS NULL THEN 'absent' ELSE 'exists' END, k);
   END IF;
   DELETE FROM queen.kv t
    WHERE t.ns = p_ns AND t.key = p_key AND (p_expect IS NULL OR t.version = p_expect)
@@ -289,6 +314,7 @@ DECLARE
   v_current numeric;
   v_next numeric;
   v_version bigint;
+  v_draw bigint;
   v_attempt integer := 0;
 BEGIN
   IF p_delta IS NULL OR p_delta <> trunc(p_delta) THEN
@@ -322,15 +348,23 @@ BEGIN
        WHERE t.ns = p_ns AND t.key = p_key
       RETURNING t.version INTO v_version;
     ELSE
-      INSERT INTO queen.kv (ns, key, value, version, expires_at, updated_at)
-      VALUES (p_ns, p_key, to_jsonb(v_next), nextval('queen.kv_version_seq'), v_expires, now())
-      ON CONFLICT (ns, key) DO NOTHING
-      RETURNING version INTO v_version;
+      -- On a conflict nothing is written but the conflicting row is locked
+      -- (ON CONFLICT DO UPDATE locks it even when its WHERE is false), so
+      -- the next read holds it and the loop cannot lose to create/delete churn.
+      v_draw := nextval('queen.kv_version_seq');
+      INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
+      VALUES (p_ns, p_key, to_jsonb(v_next), v_draw, v_expires, now())
+      ON CONFLICT (ns, key) DO UPDATE SET updated_at = t.updated_at WHERE false
+      RETURNING t.version INTO v_version;
+      IF v_version IS NOT NULL THEN
+        v_version := queen.kv_restamp(p_ns, p_key, v_draw);
+      END IF;
     END IF;
     IF v_version IS NOT NULL THEN
       RETURN jsonb_build_object('applied', true, 'key', p_key, 'value', to_jsonb(v_next), 'version', v_version);
     END IF;
-    -- Another call created the key between our read and our insert: read it again.
+    -- Another call created the key between our read and our insert: we hold
+    -- its row now, read it again.
     IF v_attempt >= 3 THEN
       RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = 'kv incr kept racing a concurrent create';
     END IF;

@@ -67,7 +67,7 @@ BEGIN
   IF json_typeof(p_body -> 'kv') NOT IN ('array', 'null') THEN
     PERFORM queen.kv_reject('kv_bad_body', 'kv must be an array of kv operations');
   END IF;
-  v_has_kv := json_typeof(p_body -> 'kv') = 'array' AND json_array_length(p_body -> 'kv') > 0;
+  v_has_kv := coalesce(json_typeof(p_body -> 'kv') = 'array' AND json_array_length(p_body -> 'kv') > 0, false);
   IF v_slot = 0 AND NOT v_has_kv THEN
     PERFORM queen.bad_request('operations', 'Transaction has no operations to commit');
   END IF;
@@ -84,6 +84,10 @@ BEGIN
   END IF;
 
   IF array_length(v_push_items, 1) > 0 THEN
+    IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
+      RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
+        'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
+    END IF;
     v_push := queen.push(array_to_json(v_push_items));
     SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
     IF r.x IS NOT NULL THEN

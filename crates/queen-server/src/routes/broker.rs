@@ -15,11 +15,11 @@ use serde_json::value::RawValue;
 use std::collections::HashMap;
 
 use crate::error::json_response;
-use crate::extract::{json_body, Params};
+use crate::extract::{json_body, object_body, Params};
 use crate::{ApiError, AppState};
 
 pub(crate) type Body = Result<Bytes, BytesRejection>;
-type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
+pub(crate) type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
 type Answer = Result<Response, ApiError>;
 
 fn ok(json: queen_engine::Json) -> Response {
@@ -35,18 +35,6 @@ pub(crate) async fn health(State(app): State<Arc<AppState>>) -> Response {
         ),
         Err(e) => ApiError::from(e).into_response(),
     }
-}
-
-pub(crate) async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let (size, idle, max) = app.engine.pool_status();
-    json_response(
-        StatusCode::OK,
-        serde_json::json!({
-            "pool": {"size": size, "idle": idle, "max": max},
-            "longPolls": {"queuesWaiting": app.engine.queues_waiting()},
-        })
-        .to_string(),
-    )
 }
 
 pub(crate) async fn not_found() -> Response {
@@ -67,7 +55,7 @@ struct PushBody<'a> {
 }
 
 pub(crate) async fn push(State(app): State<Arc<AppState>>, body: Body) -> Answer {
-    let text = json_body(&body)?;
+    let text = object_body(&body)?;
     let parsed: PushBody = serde_json::from_str(text)
         .map_err(|_| ApiError::bad("body", "must be an object with an items array"))?;
     let items = parsed.items.ok_or_else(|| ApiError::bad("items", "is required"))?;
@@ -134,7 +122,7 @@ pub(crate) async fn ack(State(app): State<Arc<AppState>>, body: Body) -> Answer 
 }
 
 pub(crate) async fn ack_batch(State(app): State<Arc<AppState>>, body: Body) -> Answer {
-    let text = json_body(&body)?;
+    let text = object_body(&body)?;
     let parsed: BatchAckBody = serde_json::from_str(text).map_err(|_| {
         ApiError::bad(
             "body",
@@ -159,7 +147,7 @@ pub(crate) async fn extend_lease(
     let seconds = match &body {
         Ok(b) if b.iter().all(u8::is_ascii_whitespace) => 60,
         _ => {
-            let parsed: ExtendBody = serde_json::from_str(json_body(&body)?)
+            let parsed: ExtendBody = serde_json::from_str(object_body(&body)?)
                 .map_err(|_| ApiError::bad("seconds", "must be an integer"))?;
             match parsed.seconds {
                 None => 60,
@@ -224,7 +212,7 @@ pub(crate) async fn update_subscription(
     Path(group): Path<String>,
     body: Body,
 ) -> Answer {
-    let parsed: SubscriptionBody = serde_json::from_str(json_body(&body)?)
+    let parsed: SubscriptionBody = serde_json::from_str(object_body(&body)?)
         .map_err(|_| ApiError::bad("subscriptionTimestamp", "must be an ISO 8601 string"))?;
     Ok(ok(app.engine.update_subscription(&group, parsed.subscription_timestamp.as_deref()).await?))
 }
@@ -241,7 +229,7 @@ pub(crate) async fn seek(
     Path((group, queue)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    let parsed: SeekBody = serde_json::from_str(json_body(&body)?)
+    let parsed: SeekBody = serde_json::from_str(object_body(&body)?)
         .map_err(|_| ApiError::bad("body", "must be {\"toEnd\": true} or {\"timestamp\": ISO}"))?;
     let result =
         app.engine.seek(&group, &queue, parsed.to_end.unwrap_or(false), parsed.timestamp.as_deref()).await?;

@@ -78,9 +78,15 @@ pub(crate) async fn batch(State(app): State<Arc<AppState>>, body: Body) -> Respo
         Err(e) => return kv_failure(e),
     };
     match app.engine.kv(text).await {
-        Ok(json) => json_response(StatusCode::OK, json.0),
+        Ok(json) => {
+            crate::metrics::record_kv(&json.0);
+            json_response(StatusCode::OK, json.0)
+        }
         // A lost `required` precondition: 200 with the kv_precondition body.
-        Err(EngineError::Refused(body)) => json_response(StatusCode::OK, body),
+        Err(EngineError::Refused(body)) => {
+            crate::metrics::record_kv(&body);
+            json_response(StatusCode::OK, body)
+        }
         Err(e) => kv_failure(e.into()),
     }
 }

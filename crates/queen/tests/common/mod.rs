@@ -96,6 +96,23 @@ fn drop_database_later(db: String) {
     .join();
 }
 
+/// A fresh database that is dropped with this guard (when the test passed).
+pub struct TestDb {
+    pub name: String,
+}
+
+impl TestDb {
+    pub async fn create() -> Self {
+        TestDb { name: fresh_database().await }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        drop_database_later(self.name.clone());
+    }
+}
+
 /// Settings that reach a test database.
 pub fn db_config(db: &str) -> DbConfig {
     DbConfig { url: Some(url_for(db)), pool_size: 8, ..DbConfig::default() }
@@ -155,8 +172,11 @@ impl Api {
 
     /// POST /api/v1/configure with `options`.
     pub async fn configure(&self, queue: &str, options: Value) -> (u16, Value) {
-        self.post("/api/v1/configure", &json!({"queue": queue, "namespace": null, "task": null, "options": options}))
-            .await
+        self.post(
+            "/api/v1/configure",
+            &json!({"queue": queue, "namespace": null, "task": null, "options": options}),
+        )
+        .await
     }
 
     /// Configures and asserts success.
@@ -220,7 +240,13 @@ impl Api {
     }
 
     /// Acks one message of a pop answer with an error text.
-    pub async fn ack_with(&self, msg: &Value, status: &str, error: Option<&str>, group: Option<&str>) -> Value {
+    pub async fn ack_with(
+        &self,
+        msg: &Value,
+        status: &str,
+        error: Option<&str>,
+        group: Option<&str>,
+    ) -> Value {
         let (code, body) = self
             .post(
                 "/api/v1/ack",
@@ -279,15 +305,28 @@ impl TestBroker {
         b
     }
 
+    /// A broker on a fresh database with its own HTTP settings.
+    pub async fn start_with(config: ServerConfig) -> Self {
+        let db = fresh_database().await;
+        let mut b = Self::on_with(&db, config).await;
+        b.owns_db = true;
+        b
+    }
+
     /// Another broker on an existing database (many brokers, one database).
     pub async fn on(db: &str) -> Self {
+        Self::on_with(db, ServerConfig::default()).await
+    }
+
+    /// A broker on an existing database with its own HTTP settings.
+    pub async fn on_with(db: &str, config: ServerConfig) -> Self {
         let engine = Arc::new(Engine::connect(&db_config(db), EngineOptions::default()).expect("engine"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (stop, stopped) = oneshot::channel::<()>();
         let serving = engine.clone();
         tokio::spawn(async move {
-            let _ = queen_server::serve(listener, serving, ServerConfig::default(), async move {
+            let _ = queen_server::serve(listener, serving, config, async move {
                 let _ = stopped.await;
             })
             .await;
@@ -421,7 +460,9 @@ impl BrokerProcess {
         let mut p = BrokerProcess { child, api: Api::new(format!("http://127.0.0.1:{port}")) };
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(resp) = p.api.http.get(p.api.url("/health")).timeout(Duration::from_secs(2)).send().await {
+            if let Ok(resp) =
+                p.api.http.get(p.api.url("/health")).timeout(Duration::from_secs(2)).send().await
+            {
                 if resp.status().as_u16() == 200 {
                     break;
                 }

@@ -1,0 +1,134 @@
+//! The [`Broker`] trait: the wire operations, and [`EmbeddedBroker`], its
+//! in-process implementation over the engine.
+//!
+//! The trait speaks wire JSON text, like [`queen_engine::Engine`], so both
+//! implementations stay thin and the typed layer ([`crate::Queen`]) is
+//! written once. Its answers are normalised: a transaction or KV call that
+//! the broker answers with HTTP 200 but a `success: false` body is `Ok` with
+//! that body on both implementations; the typed layer reads the verdict.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use queen_engine::{DbConfig, DlqQuery, Engine, EngineError, EngineOptions, Json, PopRequest};
+
+use crate::error::{Error, Result};
+
+/// The operations of a Queen broker, in wire JSON.
+///
+/// Bodies and answers are the JSON of the HTTP API (queen2-wire.md); the
+/// futures are `Send`, so the typed layer can run them on any task.
+pub trait Broker: Send + Sync {
+    /// Creates or reconfigures a queue; `body` is the configure request.
+    fn configure(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Pushes a JSON array of items; answers the per-item results array.
+    fn push(&self, items: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Pops; `wait` long-polls up to that long. `None` when nothing came.
+    fn pop(
+        &self,
+        req: &PopRequest,
+        wait: Option<Duration>,
+    ) -> impl Future<Output = Result<Option<Json>>> + Send;
+
+    /// Acks a JSON array of acknowledgments (a batch; one item for a single ack).
+    fn ack(&self, items: &str, consumer_group: Option<&str>) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Extends the lease of every partition held under `lease_id` to now + `seconds`.
+    fn extend_lease(&self, lease_id: &str, seconds: u32) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Commits a transaction bundle; a refused bundle is `Ok` with its `success: false` body.
+    fn transaction(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Lists dead letters.
+    fn dlq(&self, query: &DlqQuery) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Deletes a queue (answers `deleted: false` when it did not exist).
+    fn delete_queue(&self, queue: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Runs a KV call (`{"operations": [...]}`); a lost `required` precondition is `Ok` with its body.
+    fn kv(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+}
+
+/// The broker inside this process: the engine's SQL calls, no HTTP.
+#[derive(Clone)]
+pub struct EmbeddedBroker {
+    engine: Arc<Engine>,
+}
+
+impl EmbeddedBroker {
+    /// Wraps an engine that is already connected (and migrated).
+    pub fn new(engine: Arc<Engine>) -> Self {
+        EmbeddedBroker { engine }
+    }
+
+    /// Connects an engine to `db`, applies the migrations, and wraps it.
+    pub async fn connect(db: &DbConfig, options: EngineOptions) -> Result<Self> {
+        let engine = Engine::connect(db, options)?;
+        engine.migrate().await?;
+        Ok(EmbeddedBroker { engine: Arc::new(engine) })
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Wakes the long polls and closes the pool; later calls fail.
+    pub fn close(&self) {
+        self.engine.close();
+    }
+}
+
+/// A business refusal is the 200 answer of the HTTP route.
+fn refusal_is_answer(r: std::result::Result<Json, EngineError>) -> Result<Json> {
+    match r {
+        Ok(json) => Ok(json),
+        Err(EngineError::Refused(body)) => Ok(Json(body)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl Broker for EmbeddedBroker {
+    async fn configure(&self, body: &str) -> Result<Json> {
+        Ok(self.engine.configure(body).await?)
+    }
+
+    async fn push(&self, items: &str) -> Result<Json> {
+        Ok(self.engine.push(items).await?)
+    }
+
+    async fn pop(&self, req: &PopRequest, wait: Option<Duration>) -> Result<Option<Json>> {
+        Ok(match wait {
+            Some(timeout) => self.engine.pop_wait(req, timeout).await?,
+            None => self.engine.pop(req).await?,
+        })
+    }
+
+    async fn ack(&self, items: &str, consumer_group: Option<&str>) -> Result<Json> {
+        Ok(self.engine.ack(items, consumer_group).await?)
+    }
+
+    async fn extend_lease(&self, lease_id: &str, seconds: u32) -> Result<Json> {
+        let seconds = i32::try_from(seconds).map_err(|_| Error::Invalid("lease seconds too large".into()))?;
+        Ok(self.engine.extend_lease(lease_id, seconds).await?)
+    }
+
+    async fn transaction(&self, body: &str) -> Result<Json> {
+        refusal_is_answer(self.engine.transaction(body).await)
+    }
+
+    async fn dlq(&self, query: &DlqQuery) -> Result<Json> {
+        Ok(self.engine.dlq(query).await?)
+    }
+
+    async fn delete_queue(&self, queue: &str) -> Result<Json> {
+        Ok(self.engine.delete_queue(queue).await?)
+    }
+
+    async fn kv(&self, body: &str) -> Result<Json> {
+        refusal_is_answer(self.engine.kv(body).await)
+    }
+}

@@ -1,0 +1,701 @@
+//! Typed KV state (kv.md): reads, conditional writes, counters, prefix pages.
+//!
+//! The types carry the wire's distinctions: an expiry is a required argument
+//! ([`Expiry`]: a TTL or forever, nothing else); "no precondition" is the
+//! absence of an [`Expect`] (a different method), never a value that could
+//! be mistaken for "must not exist"; an absent key is `None` while a stored
+//! `null` is `Some(Entry)` whose value is the JSON `null`; a counter is an
+//! `i64` or an [`Error::Precision`], never a rounded number.
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{self, Stream, TryStreamExt};
+use queen_engine::KvOp;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::broker::Broker;
+use crate::error::{Error, Result};
+use crate::message::to_raw;
+
+/// How long a written key lives. Every write names one; there is no default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// Dies this many seconds after the write (after the creation, for `incr`).
+    Ttl(NonZeroU64),
+    /// Lives until deleted.
+    Forever,
+}
+
+impl Expiry {
+    /// A TTL of `seconds`; zero is refused.
+    pub fn secs(seconds: u64) -> Result<Self> {
+        NonZeroU64::new(seconds)
+            .map(Expiry::Ttl)
+            .ok_or_else(|| Error::Invalid("a TTL must be at least 1 second".into()))
+    }
+
+    /// A TTL of a whole number of seconds; zero or a fraction is refused.
+    pub fn ttl(d: Duration) -> Result<Self> {
+        if d.subsec_nanos() != 0 {
+            return Err(Error::Invalid(format!("a TTL is whole seconds, not {d:?}")));
+        }
+        Expiry::secs(d.as_secs())
+    }
+
+    pub(crate) fn engine(self) -> queen_engine::Expiry {
+        match self {
+            Expiry::Ttl(s) => queen_engine::Expiry::Ttl(s.get()),
+            Expiry::Forever => queen_engine::Expiry::Forever,
+        }
+    }
+}
+
+/// A precondition on a key's live version.
+///
+/// A write without one is a different method (`put` versus `put_expect`),
+/// so "no precondition" and "must not exist" cannot be confused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// The key must not exist (wire `expect: 0`).
+    Absent,
+    /// The live version must be this one (a pure update: creates nothing).
+    Version(NonZeroU64),
+}
+
+impl Expect {
+    pub(crate) fn engine(self) -> queen_engine::Expect {
+        match self {
+            Expect::Absent => queen_engine::Expect::Absent,
+            Expect::Version(v) => queen_engine::Expect::Version(v.get()),
+        }
+    }
+
+    fn wire(self) -> u64 {
+        match self {
+            Expect::Absent => 0,
+            Expect::Version(v) => v.get(),
+        }
+    }
+}
+
+/// Why a write did not apply (the closed set of kv.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// A live key exists (`putIfAbsent`, `expect: Absent`).
+    Exists,
+    /// No live key (`expect: Version`, `delete`).
+    Absent,
+    /// The live version differs.
+    Version,
+    /// `incr` would pass `min` or `max`.
+    Limit,
+    /// `incr` on a live value that is not an integer.
+    Type,
+    /// A reason this client does not know.
+    Other(String),
+}
+
+impl Reason {
+    pub(crate) fn parse(s: &str) -> Reason {
+        match s {
+            "exists" => Reason::Exists,
+            "absent" => Reason::Absent,
+            "version" => Reason::Version,
+            "limit" => Reason::Limit,
+            "type" => Reason::Type,
+            other => Reason::Other(other.to_owned()),
+        }
+    }
+}
+
+/// A live key as a read sees it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The key.
+    pub key: String,
+    /// The value as raw JSON; a stored `null` is the text `null`.
+    pub value: Box<RawValue>,
+    /// The version (positive, monotonic across the store).
+    pub version: u64,
+    /// When it dies; `None` for forever.
+    pub expires_at: Option<String>,
+    /// The last write.
+    pub updated_at: Option<String>,
+}
+
+impl Entry {
+    /// Decodes the value into `T`.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(self.value.get()).map_err(|e| Error::decode("kv value", e))
+    }
+
+    /// Whether the stored value is the JSON `null`.
+    pub fn is_null(&self) -> bool {
+        self.value.get().trim() == "null"
+    }
+}
+
+/// The answer of `get_many`.
+#[derive(Debug, Clone)]
+pub struct Many {
+    /// The live keys, in key byte order.
+    pub rows: Vec<Entry>,
+    /// The absent keys, in request order.
+    pub missing: Vec<String>,
+    /// Keys cut by the read budget are in neither list.
+    pub truncated: bool,
+}
+
+/// One keyset page of `get_prefix`.
+#[derive(Debug, Clone)]
+pub struct Page {
+    /// The live keys under the prefix, in key byte order.
+    pub rows: Vec<Entry>,
+    /// Whether more keys follow.
+    pub truncated: bool,
+    /// The `after` of the next page (the last key) when truncated.
+    pub next_after: Option<String>,
+}
+
+/// The answer of a write (`put`, `putIfAbsent`, `delete`, `check`, raw `incr`).
+#[derive(Debug, Clone)]
+pub struct Write {
+    /// Whether it happened.
+    pub applied: bool,
+    /// Why not, when it did not.
+    pub reason: Option<Reason>,
+    /// The key.
+    pub key: String,
+    /// The value written, deleted, or current (the winner's); `None` when the
+    /// broker sent none (an applied `check`). With `version == 0` nothing live is there.
+    pub value: Option<Box<RawValue>>,
+    /// The version written or current; 0 when nothing live is there.
+    pub version: u64,
+}
+
+impl Write {
+    /// The value a reader would see, `None` when nothing live is there.
+    pub fn current(&self) -> Option<&RawValue> {
+        if self.version == 0 {
+            return None;
+        }
+        self.value.as_deref()
+    }
+
+    /// Decodes the value into `T`.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        let raw = self.value.as_deref().map(RawValue::get).unwrap_or("null");
+        serde_json::from_str(raw).map_err(|e| Error::decode("kv value", e))
+    }
+}
+
+/// The answer of `incr`: the counter as an `i64`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Counter {
+    /// Whether the increment happened (with `max`/`min`, the admission decision).
+    pub applied: bool,
+    /// `Some(Reason::Limit)` when refused by a bound.
+    pub reason: Option<Reason>,
+    /// The new number, or the current one when refused (0 when absent).
+    pub value: i64,
+    /// The version (0 when nothing live is there).
+    pub version: u64,
+}
+
+/// An increment: a delta and optional bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Incr {
+    /// Added to the counter (may be negative).
+    pub delta: i64,
+    /// Refuse (write nothing) if the result would be below this.
+    pub min: Option<i64>,
+    /// Refuse (write nothing) if the result would be above this.
+    pub max: Option<i64>,
+}
+
+impl Incr {
+    /// An increment by `delta` without bounds.
+    pub fn by(delta: i64) -> Self {
+        Incr { delta, min: None, max: None }
+    }
+
+    /// Sets the lower bound.
+    pub fn min(mut self, min: i64) -> Self {
+        self.min = Some(min);
+        self
+    }
+
+    /// Sets the upper bound.
+    pub fn max(mut self, max: i64) -> Self {
+        self.max = Some(max);
+        self
+    }
+}
+
+impl From<i64> for Incr {
+    fn from(delta: i64) -> Self {
+        Incr::by(delta)
+    }
+}
+
+fn number(n: i64) -> Result<Box<RawValue>> {
+    RawValue::from_string(n.to_string()).map_err(|e| Error::decode("a number", e))
+}
+
+/// Builders of the wire ops, shared by [`Kv`] and the transaction rider.
+pub(crate) mod ops {
+    use super::*;
+
+    pub fn get(ns: &str, key: &str) -> KvOp {
+        KvOp::Get { ns: ns.into(), key: key.into() }
+    }
+
+    pub fn get_many<S: AsRef<str>>(ns: &str, keys: &[S]) -> Result<KvOp> {
+        if keys.is_empty() {
+            return Err(Error::Invalid("get_many needs at least one key".into()));
+        }
+        Ok(KvOp::GetMany { ns: ns.into(), keys: keys.iter().map(|k| k.as_ref().to_owned()).collect() })
+    }
+
+    pub fn put<T: Serialize + ?Sized>(
+        ns: &str,
+        key: &str,
+        value: &T,
+        expiry: Expiry,
+        expect: Option<Expect>,
+        required: bool,
+    ) -> Result<KvOp> {
+        Ok(KvOp::Put {
+            ns: ns.into(),
+            key: key.into(),
+            value: to_raw(value)?,
+            expiry: expiry.engine(),
+            expect: expect.map(Expect::engine),
+            required,
+        })
+    }
+
+    pub fn put_if_absent<T: Serialize + ?Sized>(
+        ns: &str,
+        key: &str,
+        value: &T,
+        expiry: Expiry,
+        required: bool,
+    ) -> Result<KvOp> {
+        Ok(KvOp::PutIfAbsent {
+            ns: ns.into(),
+            key: key.into(),
+            value: to_raw(value)?,
+            expiry: expiry.engine(),
+            required,
+        })
+    }
+
+    pub fn delete(ns: &str, key: &str, expect: Option<Expect>, required: bool) -> KvOp {
+        KvOp::Delete { ns: ns.into(), key: key.into(), expect: expect.map(Expect::wire), required }
+    }
+
+    pub fn check(ns: &str, key: &str, expect: Expect, required: bool) -> KvOp {
+        KvOp::Check { ns: ns.into(), key: key.into(), expect: expect.engine(), required }
+    }
+
+    pub fn incr(ns: &str, key: &str, by: Incr, expiry: Expiry, required: bool) -> Result<KvOp> {
+        Ok(KvOp::Incr {
+            ns: ns.into(),
+            key: key.into(),
+            delta: number(by.delta)?,
+            min: by.min.map(number).transpose()?,
+            max: by.max.map(number).transpose()?,
+            expiry: expiry.engine(),
+            required,
+        })
+    }
+}
+
+pub(crate) fn some_raw<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+/// A row of a multi-key read, as the wire has it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawRow {
+    key: String,
+    #[serde(default, deserialize_with = "some_raw")]
+    value: Option<Box<RawValue>>,
+    version: u64,
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
+}
+
+impl RawRow {
+    fn entry(self) -> Result<Entry> {
+        let value = match self.value {
+            Some(v) => v,
+            None => return Err(Error::Decode(format!("row {} has no value", self.key))),
+        };
+        Ok(Entry {
+            key: self.key,
+            value,
+            version: self.version,
+            expires_at: self.expires_at,
+            updated_at: self.updated_at,
+        })
+    }
+}
+
+/// One KV result element, as the wire has it (every field optional).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RawResult {
+    #[serde(default)]
+    pub index: usize,
+    #[serde(default)]
+    pub op: String,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    found: Option<bool>,
+    #[serde(default)]
+    applied: Option<bool>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default, deserialize_with = "some_raw")]
+    value: Option<Box<RawValue>>,
+    #[serde(default)]
+    version: Option<u64>,
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    updated_at: Option<String>,
+    #[serde(default)]
+    rows: Option<Vec<RawRow>>,
+    #[serde(default)]
+    missing: Option<Vec<String>>,
+    #[serde(default)]
+    truncated: Option<bool>,
+    #[serde(default)]
+    next_after: Option<String>,
+}
+
+impl RawResult {
+    pub(crate) fn get(self) -> Result<Option<Entry>> {
+        if self.found != Some(true) {
+            return Ok(None);
+        }
+        let key = self.key.unwrap_or_default();
+        let value =
+            self.value.ok_or_else(|| Error::Decode(format!("get of {key} found a row without value")))?;
+        Ok(Some(Entry {
+            key,
+            value,
+            version: self.version.unwrap_or(0),
+            expires_at: self.expires_at,
+            updated_at: self.updated_at,
+        }))
+    }
+
+    pub(crate) fn many(self) -> Result<Many> {
+        Ok(Many {
+            rows: self.rows.unwrap_or_default().into_iter().map(RawRow::entry).collect::<Result<_>>()?,
+            missing: self.missing.unwrap_or_default(),
+            truncated: self.truncated.unwrap_or(false),
+        })
+    }
+
+    pub(crate) fn page(self) -> Result<Page> {
+        Ok(Page {
+            rows: self.rows.unwrap_or_default().into_iter().map(RawRow::entry).collect::<Result<_>>()?,
+            truncated: self.truncated.unwrap_or(false),
+            next_after: self.next_after,
+        })
+    }
+
+    pub(crate) fn write(self) -> Write {
+        Write {
+            applied: self.applied.unwrap_or(false),
+            reason: self.reason.as_deref().map(Reason::parse),
+            key: self.key.unwrap_or_default(),
+            value: self.value,
+            version: self.version.unwrap_or(0),
+        }
+    }
+
+    /// The typed result of whichever op this answers.
+    pub(crate) fn typed(self) -> Result<KvResult> {
+        Ok(match self.op.as_str() {
+            "get" => KvResult::Get(self.get()?),
+            "getMany" => KvResult::Many(self.many()?),
+            "getPrefix" => KvResult::Page(self.page()?),
+            _ => KvResult::Write(self.write()),
+        })
+    }
+}
+
+/// A KV result of any op (used for transaction results).
+#[derive(Debug, Clone)]
+pub enum KvResult {
+    /// A `get`: `None` when absent.
+    Get(Option<Entry>),
+    /// A `getMany`.
+    Many(Many),
+    /// A `getPrefix` page.
+    Page(Page),
+    /// A write or `check`.
+    Write(Write),
+}
+
+/// Reads a raw JSON integer as `i64`, or says why it cannot.
+pub fn parse_i64(raw: &RawValue) -> Result<i64> {
+    let text = raw.get().trim();
+    if let Ok(n) = text.parse::<i64>() {
+        return Ok(n);
+    }
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(Error::Precision { raw: text.to_owned() });
+    }
+    Err(Error::Decode(format!("expected an integer, got {text}")))
+}
+
+impl Write {
+    /// The counter of an `incr` answer.
+    pub fn counter(&self) -> Result<Counter> {
+        if self.reason == Some(Reason::Type) {
+            let raw = self.value.as_deref().map(RawValue::get).unwrap_or("null").to_owned();
+            return Err(Error::NotACounter { key: self.key.clone(), raw });
+        }
+        let value = match self.value.as_deref() {
+            Some(raw) => parse_i64(raw)?,
+            None => 0,
+        };
+        Ok(Counter { applied: self.applied, reason: self.reason.clone(), value, version: self.version })
+    }
+}
+
+/// The KV store of a broker.
+pub struct Kv<B> {
+    broker: Arc<B>,
+}
+
+impl<B> Clone for Kv<B> {
+    fn clone(&self) -> Self {
+        Kv { broker: self.broker.clone() }
+    }
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    results: Option<Vec<RawResult>>,
+    reason: Option<String>,
+}
+
+impl<B: Broker> Kv<B> {
+    pub(crate) fn new(broker: Arc<B>) -> Self {
+        Kv { broker }
+    }
+
+    /// Runs several ops in one call (one PostgreSQL transaction), index-aligned.
+    async fn run(&self, ops: &[KvOp]) -> Result<Vec<RawResult>> {
+        let body = format!("{{\"operations\":{}}}", queen_engine::ops_to_wire(ops));
+        let json = self.broker.kv(&body).await?;
+        let answer: Answer = json.decode().map_err(|e| Error::decode("kv answer", e))?;
+        match answer.results {
+            Some(results) if results.len() == ops.len() => Ok(results),
+            Some(results) => {
+                Err(Error::Decode(format!("kv answered {} results for {} ops", results.len(), ops.len())))
+            }
+            None => Err(Error::Decode(format!("kv answered no results (reason {:?})", answer.reason))),
+        }
+    }
+
+    async fn one(&self, op: KvOp) -> Result<RawResult> {
+        self.run(std::slice::from_ref(&op))
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Decode("kv answered no result".into()))
+    }
+
+    /// Reads one key: `None` when absent (a stored `null` is `Some`).
+    pub async fn get(&self, ns: &str, key: &str) -> Result<Option<Entry>> {
+        self.one(ops::get(ns, key)).await?.get()
+    }
+
+    /// Reads many keys of one namespace: rows and missing keys.
+    pub async fn get_many<S: AsRef<str>>(&self, ns: &str, keys: &[S]) -> Result<Many> {
+        self.one(ops::get_many(ns, keys)?).await?.many()
+    }
+
+    /// One page of the live keys under `prefix`, strictly after `after`.
+    ///
+    /// `limit` defaults to 100 on the broker and is clamped into 1..=1000.
+    pub async fn get_prefix(
+        &self,
+        ns: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Page> {
+        if prefix.is_empty() {
+            return Err(Error::Invalid("get_prefix needs a non-empty prefix".into()));
+        }
+        let op = KvOp::GetPrefix {
+            ns: ns.into(),
+            prefix: prefix.into(),
+            after: after.map(str::to_owned),
+            limit,
+            keys_only: false,
+        };
+        self.one(op).await?.page()
+    }
+
+    /// A walker over every page under `prefix`, following `nextAfter`.
+    pub fn pages(&self, ns: &str, prefix: &str) -> Pages<B> {
+        Pages {
+            kv: self.clone(),
+            ns: ns.into(),
+            prefix: prefix.into(),
+            after: None,
+            limit: None,
+            done: false,
+        }
+    }
+
+    /// Every live key under `prefix` as a stream, page by page (each page its own snapshot).
+    pub fn list_all(&self, ns: &str, prefix: &str) -> impl Stream<Item = Result<Entry>> + Send {
+        self.pages(ns, prefix).into_stream()
+    }
+
+    /// Writes `value` unconditionally, with its own expiry (never inherited).
+    pub async fn put<T: Serialize + ?Sized>(
+        &self,
+        ns: &str,
+        key: &str,
+        value: &T,
+        expiry: Expiry,
+    ) -> Result<Write> {
+        Ok(self.one(ops::put(ns, key, value, expiry, None, false)?).await?.write())
+    }
+
+    /// Writes `value` only if `expect` holds; answers the current state when it does not.
+    pub async fn put_expect<T: Serialize + ?Sized>(
+        &self,
+        ns: &str,
+        key: &str,
+        value: &T,
+        expiry: Expiry,
+        expect: Expect,
+    ) -> Result<Write> {
+        Ok(self.one(ops::put(ns, key, value, expiry, Some(expect), false)?).await?.write())
+    }
+
+    /// Writes `value` only if no live key exists; the loser gets the winner's value.
+    pub async fn put_if_absent<T: Serialize + ?Sized>(
+        &self,
+        ns: &str,
+        key: &str,
+        value: &T,
+        expiry: Expiry,
+    ) -> Result<Write> {
+        Ok(self.one(ops::put_if_absent(ns, key, value, expiry, false)?).await?.write())
+    }
+
+    /// Marks `key` done (value `true`) if nobody did first: `applied` is the answer.
+    pub async fn once(&self, ns: &str, key: &str, expiry: Expiry) -> Result<Write> {
+        self.put_if_absent(ns, key, &true, expiry).await
+    }
+
+    /// Deletes a live key.
+    pub async fn delete(&self, ns: &str, key: &str) -> Result<Write> {
+        Ok(self.one(ops::delete(ns, key, None, false)).await?.write())
+    }
+
+    /// Deletes a live key only if `expect` holds.
+    pub async fn delete_expect(&self, ns: &str, key: &str, expect: Expect) -> Result<Write> {
+        Ok(self.one(ops::delete(ns, key, Some(expect), false)).await?.write())
+    }
+
+    /// Asserts `expect` without writing.
+    pub async fn check(&self, ns: &str, key: &str, expect: Expect) -> Result<Write> {
+        Ok(self.one(ops::check(ns, key, expect, false)).await?.write())
+    }
+
+    /// Adds to a counter; the expiry applies only when the key is created.
+    ///
+    /// A value past `i64` is [`Error::Precision`] (see [`Kv::incr_raw`]):
+    /// the broker applied the increment, only the answer does not fit. A
+    /// live value that is not an integer is [`Error::NotACounter`] (nothing written).
+    pub async fn incr(&self, ns: &str, key: &str, by: impl Into<Incr>, expiry: Expiry) -> Result<Counter> {
+        self.incr_raw(ns, key, by, expiry).await?.counter()
+    }
+
+    /// Adds to a counter and answers the raw write: `value` holds every digit.
+    pub async fn incr_raw(&self, ns: &str, key: &str, by: impl Into<Incr>, expiry: Expiry) -> Result<Write> {
+        Ok(self.one(ops::incr(ns, key, by.into(), expiry, false)?).await?.write())
+    }
+}
+
+/// Walks the pages under a prefix through `nextAfter`.
+pub struct Pages<B> {
+    kv: Kv<B>,
+    ns: String,
+    prefix: String,
+    after: Option<String>,
+    limit: Option<u32>,
+    done: bool,
+}
+
+impl<B: Broker> Pages<B> {
+    /// Sets the page size (clamped by the broker into 1..=1000).
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// Starts strictly after `key` (an exclusive keyset cursor).
+    pub fn after(mut self, key: impl Into<String>) -> Self {
+        self.after = Some(key.into());
+        self
+    }
+
+    /// The next page, or `None` when the walk is over.
+    pub async fn next_page(&mut self) -> Result<Option<Page>> {
+        if self.done {
+            return Ok(None);
+        }
+        let page = self.kv.get_prefix(&self.ns, &self.prefix, self.after.as_deref(), self.limit).await?;
+        match (&page.next_after, page.truncated) {
+            (Some(next), true) => self.after = Some(next.clone()),
+            _ => self.done = true,
+        }
+        Ok(Some(page))
+    }
+
+    /// Every entry of every remaining page.
+    pub async fn collect_all(mut self) -> Result<Vec<Entry>> {
+        let mut all = Vec::new();
+        while let Some(page) = self.next_page().await? {
+            all.extend(page.rows);
+        }
+        Ok(all)
+    }
+
+    /// The remaining entries as a stream.
+    pub fn into_stream(self) -> impl Stream<Item = Result<Entry>> + Send {
+        stream::try_unfold(self, |mut pages| async move {
+            let next = pages.next_page().await?;
+            Ok::<_, Error>(
+                next.map(|page| (stream::iter(page.rows.into_iter().map(Ok::<Entry, Error>)), pages)),
+            )
+        })
+        .try_flatten()
+    }
+}

@@ -1,0 +1,335 @@
+-- The operator surface: read models over the same tables, maintenance
+-- switches, and the figures /metrics exports. Nothing here is on the hot
+-- path except queen.maintenance_blocks (one primary-key read).
+
+-- 404 with {"error": ...}.
+CREATE OR REPLACE FUNCTION queen.not_found(what text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QN404', MESSAGE = json_build_object('error', what || ' not found',
+    'code', 'not_found')::text;
+END $$;
+
+-- Per-partition counts for one queue, for the queue-mode cursor: pending
+-- (not yet delivered or redeliverable), processing (under a live lease),
+-- completed (below the cursor).
+CREATE OR REPLACE FUNCTION queen.partition_stats(p_queue_id bigint)
+RETURNS TABLE (partition_id uuid, name text, created_at timestamptz, total bigint, completed bigint,
+               processing bigint, pending bigint, dead_letter bigint, last_push_at timestamptz)
+LANGUAGE sql STABLE AS $$
+  SELECT p.id, p.name, p.created_at, p.next_seq,
+         coalesce(c.next_seq, 0),
+         CASE WHEN c.lease_expires_at > now() THEN c.batch_end - c.next_seq ELSE 0 END,
+         p.next_seq - coalesce(c.next_seq, 0)
+           - CASE WHEN c.lease_expires_at > now() THEN c.batch_end - c.next_seq ELSE 0 END,
+         (SELECT count(*) FROM queen.dead_letters d WHERE d.partition_id = p.id),
+         p.last_push_at
+    FROM queen.partitions p
+    LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+   WHERE p.queue_id = p_queue_id
+$$;
+
+CREATE OR REPLACE FUNCTION queen.resources_queues() RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('queues', coalesce(json_agg(json_build_object(
+           'id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
+           'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
+           'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing),
+           'options', queen.queue_options(q)) ORDER BY q.name), '[]'::json))
+    FROM queen.queues q
+    CROSS JOIN LATERAL (SELECT count(*) AS partitions, coalesce(sum(total), 0) AS total,
+                               coalesce(sum(pending), 0) AS pending, coalesce(sum(processing), 0) AS processing
+                          FROM queen.partition_stats(q.id)) s
+$$;
+
+CREATE OR REPLACE FUNCTION queen.resources_queue(p_name text) RETURNS json
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  q queen.queues;
+  v json;
+BEGIN
+  SELECT * INTO q FROM queen.queues WHERE name = p_name;
+  IF q.id IS NULL THEN
+    PERFORM queen.not_found('Queue');
+  END IF;
+  SELECT json_build_object('id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
+           'createdAt', queen.iso(q.created_at), 'options', queen.queue_options(q),
+           'partitions', coalesce(json_agg(json_build_object('id', s.partition_id, 'name', s.name,
+              'createdAt', queen.iso(s.created_at), 'lastPushAt', queen.iso(s.last_push_at),
+              'stats', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,
+                'completed', s.completed, 'deadLetter', s.dead_letter)) ORDER BY s.name), '[]'::json),
+           'totals', json_build_object('total', coalesce(sum(s.total), 0), 'pending', coalesce(sum(s.pending), 0),
+              'processing', coalesce(sum(s.processing), 0), 'completed', coalesce(sum(s.completed), 0),
+              'deadLetter', coalesce(sum(s.dead_letter), 0)))
+    INTO v
+    FROM queen.partition_stats(q.id) s;
+  RETURN v;
+END $$;
+
+-- Depth: messages visible now and not done for queue mode; the age of the
+-- oldest of them (delayed messages are not visible, so they do not count).
+CREATE OR REPLACE FUNCTION queen.queue_depths()
+RETURNS TABLE (queue text, depth bigint, oldest_age_seconds double precision, dead_letters bigint)
+LANGUAGE sql STABLE AS $$
+  SELECT q.name,
+         coalesce((SELECT count(*) FROM queen.partitions p
+                     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+                     JOIN queen.messages m ON m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
+                    WHERE p.queue_id = q.id
+                      AND m.created_at <= now() - make_interval(secs => q.delayed_processing)), 0),
+         coalesce((SELECT extract(epoch FROM now() - min(m.created_at))
+                     FROM queen.partitions p
+                     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+                     JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.next_seq, 0)
+                    WHERE p.queue_id = q.id
+                      AND m.created_at <= now() - make_interval(secs => q.delayed_processing)), 0),
+         (SELECT count(*) FROM queen.dead_letters d WHERE d.queue_id = q.id)
+    FROM queen.queues q
+$$;
+
+CREATE OR REPLACE FUNCTION queen.resources_queue_depth(p_name text) RETURNS json
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  r record;
+BEGIN
+  SELECT * INTO r FROM queen.queue_depths() d WHERE d.queue = p_name;
+  IF r.queue IS NULL THEN
+    PERFORM queen.not_found('Queue');
+  END IF;
+  RETURN json_build_object('queue', r.queue, 'depth', r.depth, 'oldestMessageAgeSeconds', r.oldest_age_seconds,
+    'deadLetters', r.dead_letters);
+END $$;
+
+CREATE OR REPLACE FUNCTION queen.resources_partitions(p_queue text) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('partitions', coalesce(json_agg(json_build_object(
+           'id', s.partition_id, 'queue', q.name, 'name', s.name, 'createdAt', queen.iso(s.created_at),
+           'lastPushAt', queen.iso(s.last_push_at),
+           'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,
+             'completed', s.completed, 'deadLetter', s.dead_letter)) ORDER BY q.name, s.name), '[]'::json))
+    FROM queen.queues q CROSS JOIN LATERAL queen.partition_stats(q.id) s
+   WHERE p_queue IS NULL OR q.name = p_queue
+$$;
+
+-- Namespaces and tasks group queues by the labels configure stored.
+CREATE OR REPLACE FUNCTION queen.resources_grouped(p_by text) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(CASE WHEN p_by = 'task' THEN 'tasks' ELSE 'namespaces' END,
+           coalesce(json_agg(json_build_object(p_by, g.label, 'queues', g.queues, 'partitions', g.partitions,
+             'messages', json_build_object('total', g.total, 'pending', g.pending)) ORDER BY g.label), '[]'::json))
+    FROM (SELECT CASE WHEN p_by = 'task' THEN q.task ELSE q.namespace END AS label,
+                 count(DISTINCT q.id) AS queues, count(s.partition_id) AS partitions,
+                 coalesce(sum(s.total), 0) AS total, coalesce(sum(s.pending), 0) AS pending
+            FROM queen.queues q LEFT JOIN LATERAL queen.partition_stats(q.id) s ON true
+           WHERE (CASE WHEN p_by = 'task' THEN q.task ELSE q.namespace END) IS NOT NULL
+           GROUP BY 1) g
+$$;
+
+CREATE OR REPLACE FUNCTION queen.resources_overview() RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+    'queues', (SELECT count(*) FROM queen.queues),
+    'partitions', (SELECT count(*) FROM queen.partitions),
+    'namespaces', (SELECT count(DISTINCT namespace) FROM queen.queues WHERE namespace IS NOT NULL),
+    'tasks', (SELECT count(DISTINCT task) FROM queen.queues WHERE task IS NOT NULL),
+    'consumerGroups', (SELECT count(*) FROM queen.consumer_groups),
+    'messages', (SELECT json_build_object('total', coalesce(sum(s.total), 0), 'pending', coalesce(sum(s.pending), 0),
+                   'processing', coalesce(sum(s.processing), 0), 'completed', coalesce(sum(s.completed), 0),
+                   'deadLetter', (SELECT count(*) FROM queen.dead_letters))
+                   FROM queen.queues q CROSS JOIN LATERAL queen.partition_stats(q.id) s),
+    'kv', json_build_object('keys', (SELECT count(*) FROM queen.kv WHERE expires_at IS NULL OR expires_at > now())),
+    'timestamp', queen.iso(now()))
+$$;
+
+-- A message's state for one cursor.
+CREATE OR REPLACE FUNCTION queen.message_status(c queen.cursors, p_seq bigint) RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT CASE
+    WHEN c.partition_id IS NULL THEN 'pending'
+    WHEN p_seq < c.next_seq THEN 'completed'
+    WHEN c.lease_expires_at > now() AND p_seq < c.batch_end THEN 'processing'
+    ELSE 'pending' END
+$$;
+
+CREATE OR REPLACE FUNCTION queen.messages_list(p_queue text, p_partition text, p_status text, p_limit integer, p_offset integer)
+RETURNS json
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  IF p_status IS NOT NULL AND p_status NOT IN ('pending', 'processing', 'completed', 'dead_letter') THEN
+    PERFORM queen.bad_request('status', 'must be one of pending, processing, completed, dead_letter');
+  END IF;
+  RETURN (
+    SELECT json_build_object('messages', coalesce(json_agg(x ORDER BY x.created_at DESC, x.seq DESC), '[]'::json))
+      FROM (SELECT m.id, m.transaction_id AS "transactionId", m.partition_id AS "partitionId",
+                   q.name || '/' || p.name AS "queuePath", q.name AS queue, p.name AS partition,
+                   q.namespace, q.task,
+                   CASE WHEN d.id IS NOT NULL THEN 'dead_letter' ELSE queen.message_status(c, m.seq) END AS status,
+                   m.trace_id AS "traceId", queen.iso(m.created_at) AS "createdAt",
+                   CASE WHEN c.lease_expires_at > now() AND m.seq >= c.next_seq AND m.seq < c.batch_end
+                        THEN queen.iso(c.lease_expires_at) END AS "leaseExpiresAt",
+                   m.created_at, m.seq
+              FROM queen.messages m
+              JOIN queen.partitions p ON p.id = m.partition_id
+              JOIN queen.queues q ON q.id = p.queue_id
+              LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+              LEFT JOIN LATERAL (SELECT dl.id FROM queen.dead_letters dl
+                                  WHERE dl.partition_id = m.partition_id AND dl.seq = m.seq LIMIT 1) d ON true
+             WHERE (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
+               AND (p_status IS NULL OR p_status = CASE WHEN d.id IS NOT NULL THEN 'dead_letter'
+                                                        ELSE queen.message_status(c, m.seq) END)
+             ORDER BY m.created_at DESC, m.seq DESC
+             LIMIT p_limit OFFSET p_offset) x);
+END $$;
+
+-- GET /api/v1/messages/:partitionId/:transactionId, with the consumption
+-- state of every group that has a cursor on the partition.
+CREATE OR REPLACE FUNCTION queen.message_detail(p_partition_id uuid, p_tx text) RETURNS json
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  m queen.messages;
+  v json;
+BEGIN
+  SELECT * INTO m FROM queen.messages WHERE partition_id = p_partition_id AND transaction_id = p_tx
+   ORDER BY seq DESC LIMIT 1;
+  IF m.id IS NULL THEN
+    PERFORM queen.not_found('Message');
+  END IF;
+  SELECT json_build_object('id', m.id, 'transactionId', m.transaction_id, 'partitionId', m.partition_id,
+           'queue', q.name, 'partition', p.name, 'queuePath', q.name || '/' || p.name,
+           'payload', m.payload, 'traceId', m.trace_id, 'createdAt', queen.iso(m.created_at), 'offset', m.seq,
+           'isEncrypted', false,
+           'errorMessage', (SELECT d.error_message FROM queen.dead_letters d
+                             WHERE d.partition_id = m.partition_id AND d.seq = m.seq ORDER BY d.id DESC LIMIT 1),
+           'queueConfig', json_build_object('leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
+             'retryDelay', q.retry_delay, 'ttl', q.ttl, 'priority', q.priority),
+           'consumerGroups', coalesce((SELECT json_agg(json_build_object('name', c.consumer_group,
+               'consumed', m.seq < c.next_seq, 'status', queen.message_status(c, m.seq),
+               'retryCount', c.retry_count,
+               'leaseExpiresAt', CASE WHEN queen.message_status(c, m.seq) = 'processing'
+                                      THEN queen.iso(c.lease_expires_at) END) ORDER BY c.consumer_group)
+             FROM queen.cursors c WHERE c.partition_id = m.partition_id), '[]'::json))
+    INTO v
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+   WHERE p.id = m.partition_id;
+  RETURN v;
+END $$;
+
+-- DELETE /api/v1/messages/:pid/:txn: removes the message from the log.
+-- Cursors are offsets, so the lane simply has a hole there.
+CREATE OR REPLACE FUNCTION queen.message_delete(p_partition_id uuid, p_tx text) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_count integer;
+BEGIN
+  PERFORM 1 FROM queen.partitions WHERE id = p_partition_id FOR NO KEY UPDATE;
+  WITH gone AS (DELETE FROM queen.messages WHERE partition_id = p_partition_id AND transaction_id = p_tx RETURNING 1)
+  SELECT count(*) INTO v_count FROM gone;
+  RETURN json_build_object('success', v_count > 0, 'partitionId', p_partition_id, 'transactionId', p_tx,
+    'message', CASE WHEN v_count > 0 THEN 'Message deleted successfully' ELSE 'Message not found' END);
+END $$;
+
+-- POST /api/v1/messages/:pid/:txn/retry: a dead letter goes back on its
+-- lane as a new message at the end (same payload and transaction id), and
+-- leaves the DLQ.
+CREATE OR REPLACE FUNCTION queen.message_retry(p_partition_id uuid, p_tx text) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  d queen.dead_letters;
+  v_seq bigint;
+  v_id uuid := queen.uuid_v7();
+BEGIN
+  SELECT * INTO d FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx
+   ORDER BY id DESC LIMIT 1 FOR UPDATE;
+  IF d.id IS NULL THEN
+    PERFORM queen.not_found('Dead letter');
+  END IF;
+  UPDATE queen.partitions SET next_seq = next_seq + 1, last_push_at = now() WHERE id = p_partition_id
+  RETURNING next_seq - 1 INTO v_seq;
+  INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
+  VALUES (p_partition_id, v_seq, v_id, d.transaction_id, d.trace_id, d.payload);
+  DELETE FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx;
+  PERFORM pg_notify('queen_push', json_build_array((SELECT q.name FROM queen.queues q WHERE q.id = d.queue_id))::text);
+  RETURN json_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_tx, 'messageId', v_id);
+END $$;
+
+-- Consumer groups: one entry per (group, queue), queue mode included.
+CREATE OR REPLACE FUNCTION queen.consumer_groups_list(p_name text, p_min_lag_seconds double precision) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce(json_agg(x ORDER BY x.name, x."queueName"), '[]'::json) FROM (
+    SELECT g.name, g.queue_name AS "queueName", json_build_array(g.queue_name) AS topics,
+           count(c.partition_id) AS members,
+           count(c.partition_id) FILTER (WHERE c.next_seq < p.next_seq) AS "partitionsWithLag",
+           coalesce(sum(p.next_seq - c.next_seq), 0) AS "totalLag",
+           coalesce(max(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
+                      WHERE m.partition_id = c.partition_id AND m.seq = c.next_seq))), 0) AS "maxTimeLag",
+           CASE WHEN coalesce(sum(p.next_seq - c.next_seq), 0) = 0 THEN 'Stable' ELSE 'Lagging' END AS state,
+           g.subscription_mode AS "subscriptionMode", queen.iso(g.subscription_from) AS "subscriptionTimestamp",
+           queen.iso(g.created_at) AS "subscriptionCreatedAt",
+           coalesce(json_agg(json_build_object('partition', p.name, 'partitionId', p.id, 'offset', c.next_seq,
+             'offsetLag', p.next_seq - c.next_seq, 'leaseActive', coalesce(c.lease_expires_at > now(), false),
+             'lastConsumedAt', queen.iso(c.last_delivered_at)) ORDER BY p.name)
+             FILTER (WHERE p.id IS NOT NULL), '[]'::json) AS partitions
+      FROM queen.consumer_groups g
+      LEFT JOIN queen.queues q ON q.name = g.queue_name
+      LEFT JOIN queen.cursors c ON c.queue_id = q.id AND c.consumer_group = g.name
+      LEFT JOIN queen.partitions p ON p.id = c.partition_id
+     WHERE p_name IS NULL OR g.name = p_name
+     GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
+   WHERE p_min_lag_seconds IS NULL OR x."maxTimeLag" >= p_min_lag_seconds
+$$;
+
+-- Maintenance switches: one row, read by push and pop (a primary-key read).
+CREATE OR REPLACE FUNCTION queen.maintenance() RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('maintenanceMode', coalesce(max(push_paused::int), 0) = 1,
+                           'popMaintenanceMode', coalesce(max(pop_paused::int), 0) = 1,
+                           'bufferedMessages', 0, 'bufferHealthy', true)
+    FROM queen.maintenance_switches
+$$;
+
+CREATE OR REPLACE FUNCTION queen.set_maintenance(p_push boolean, p_pop boolean) RETURNS json
+LANGUAGE sql AS $$
+  INSERT INTO queen.maintenance_switches (id, push_paused, pop_paused)
+  VALUES (true, coalesce(p_push, false), coalesce(p_pop, false))
+  ON CONFLICT (id) DO UPDATE SET push_paused = coalesce(p_push, queen.maintenance_switches.push_paused),
+                                 pop_paused = coalesce(p_pop, queen.maintenance_switches.pop_paused),
+                                 updated_at = now();
+  SELECT queen.maintenance();
+$$;
+
+-- GET /api/v1/status: one summary of the broker's state.
+CREATE OR REPLACE FUNCTION queen.status() RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('overview', queen.resources_overview(), 'maintenance', queen.maintenance(),
+    'queues', (SELECT coalesce(json_agg(json_build_object('queue', d.queue, 'depth', d.depth,
+                 'oldestMessageAgeSeconds', d.oldest_age_seconds, 'deadLetters', d.dead_letters) ORDER BY d.queue), '[]'::json)
+                 FROM queen.queue_depths() d),
+    'database', json_build_object('version', current_setting('server_version'),
+                 'sizeBytes', pg_database_size(current_database())))
+$$;
+
+-- The entry points of the push and pop routes: the maintenance switches,
+-- then the operation. A paused push is a 503 with Retry-After (clients
+-- resend it); a paused pop is simply empty.
+CREATE OR REPLACE FUNCTION queen.push_api(p_items json) RETURNS json
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
+    RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
+      'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
+  END IF;
+  RETURN queen.push(p_items);
+END $$;
+
+CREATE OR REPLACE FUNCTION queen.pop_api(
+  p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
+  p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)
+RETURNS json
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
+    RETURN NULL;
+  END IF;
+  RETURN queen.pop(p_queue, p_partition, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
+                   p_sub_mode, p_sub_from);
+END $$;

@@ -1,0 +1,136 @@
+//! The operator surface: read models, maintenance switches and the figures
+//! `/metrics` exports. Each method is one SQL function call (0010_admin.sql).
+
+use crate::{Engine, EngineError, Json};
+
+/// One queue's figures for the metrics exporter.
+#[derive(Debug, Clone)]
+pub struct QueueDepth {
+    /// Queue name.
+    pub queue: String,
+    /// Visible messages not yet done for queue mode (delayed ones excluded).
+    pub depth: i64,
+    /// Age of the oldest of them, in seconds (0 when none).
+    pub oldest_age_seconds: f64,
+    /// Rows in the dead-letter queue.
+    pub dead_letters: i64,
+}
+
+impl Engine {
+    /// Counts over the whole broker.
+    pub async fn resources_overview(&self) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.resources_overview()::text", &[]).await
+    }
+
+    /// Every queue with its options and message counts.
+    pub async fn resources_queues(&self) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.resources_queues()::text", &[]).await
+    }
+
+    /// One queue with its partitions (404 when missing).
+    pub async fn resources_queue(&self, queue: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.resources_queue($1)::text", &[&queue]).await
+    }
+
+    /// Depth and oldest-message age of one queue (404 when missing).
+    pub async fn resources_queue_depth(&self, queue: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.resources_queue_depth($1)::text", &[&queue]).await
+    }
+
+    /// Partitions, of one queue or of all.
+    pub async fn resources_partitions(&self, queue: Option<&str>) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.resources_partitions($1)::text", &[&queue]).await
+    }
+
+    /// Queues grouped by `namespace` or by `task`.
+    pub async fn resources_grouped(&self, by_task: bool) -> Result<Json, EngineError> {
+        let by = if by_task { "task" } else { "namespace" };
+        self.call_json("SELECT queen.resources_grouped($1)::text", &[&by]).await
+    }
+
+    /// Messages with their queue-mode state, newest first.
+    pub async fn messages(
+        &self,
+        queue: Option<&str>,
+        partition: Option<&str>,
+        status: Option<&str>,
+        limit: i32,
+        offset: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.messages_list($1, $2, $3, $4, $5)::text",
+            &[&queue, &partition, &status, &limit, &offset],
+        )
+        .await
+    }
+
+    /// One message with the consumption state of every group (404 when missing).
+    pub async fn message(
+        &self,
+        partition_id: &uuid::Uuid,
+        transaction_id: &str,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.message_detail($1, $2)::text", &[partition_id, &transaction_id]).await
+    }
+
+    /// Removes a message from its lane.
+    pub async fn delete_message(
+        &self,
+        partition_id: &uuid::Uuid,
+        transaction_id: &str,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.message_delete($1, $2)::text", &[partition_id, &transaction_id]).await
+    }
+
+    /// Puts a dead letter back at the end of its lane.
+    pub async fn retry_message(
+        &self,
+        partition_id: &uuid::Uuid,
+        transaction_id: &str,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.message_retry($1, $2)::text", &[partition_id, &transaction_id]).await
+    }
+
+    /// Consumer groups (one entry per group and queue), optionally one name or only the lagging.
+    pub async fn consumer_groups(
+        &self,
+        name: Option<&str>,
+        min_lag_seconds: Option<f64>,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.consumer_groups_list($1, $2)::text", &[&name, &min_lag_seconds]).await
+    }
+
+    /// The maintenance switches.
+    pub async fn maintenance(&self) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.maintenance()::text", &[]).await
+    }
+
+    /// Sets the push and/or pop switch (`None` leaves one as it is).
+    pub async fn set_maintenance(&self, push: Option<bool>, pop: Option<bool>) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.set_maintenance($1, $2)::text", &[&push, &pop]).await
+    }
+
+    /// One summary of the broker's state.
+    pub async fn status(&self) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.status()::text", &[]).await
+    }
+
+    /// Per-queue depth, oldest visible message age and DLQ depth.
+    pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>, EngineError> {
+        let client = self.pool().get().await?;
+        let stmt = client
+            .prepare_cached("SELECT queue, depth, oldest_age_seconds, dead_letters FROM queen.queue_depths()")
+            .await?;
+        let rows = client.query(&stmt, &[]).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(QueueDepth {
+                    queue: r.try_get(0)?,
+                    depth: r.try_get(1)?,
+                    oldest_age_seconds: r.try_get(2)?,
+                    dead_letters: r.try_get(3)?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,91 @@
+//! Prometheus metrics: request counters and latency histograms by route
+//! and status, KV verdicts by op and outcome (a lost race is a verdict, not
+//! an error), and, at scrape time, figures read from PostgreSQL.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// The process-wide recorder (installed on first use; `None` if another
+/// recorder was installed first).
+pub(crate) fn handle() -> Option<&'static PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0,
+                ])
+                .ok()?
+                .install_recorder()
+                .ok()
+        })
+        .as_ref()
+}
+
+/// Counts and times every request by route template (never the raw URI, so
+/// KV keys in path routes do not become label values).
+pub(crate) async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = req.method().as_str().to_owned();
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let status = resp.status().as_u16().to_string();
+    metrics::counter!("queen_http_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status)
+        .increment(1);
+    metrics::histogram!("queen_http_request_duration_seconds", "route" => route, "method" => method)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}
+
+#[derive(serde::Deserialize)]
+struct Verdict {
+    op: Option<String>,
+    applied: Option<bool>,
+    found: Option<bool>,
+    reason: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct Verdicts {
+    #[serde(default)]
+    results: Vec<Verdict>,
+    reason: Option<String>,
+    #[serde(rename = "kvReason")]
+    kv_reason: Option<String>,
+}
+
+/// Records the verdicts of a KV answer (a `{"results"}` body or a
+/// `kv_precondition` body).
+pub(crate) fn record_kv(body: &str) {
+    let Ok(v) = serde_json::from_str::<Verdicts>(body) else {
+        return;
+    };
+    if v.reason.as_deref() == Some("kv_precondition") {
+        let reason = v.kv_reason.unwrap_or_default();
+        metrics::counter!("queen_kv_verdicts_total", "op" => "required", "verdict" => format!("precondition_{reason}"))
+            .increment(1);
+        return;
+    }
+    for r in v.results {
+        let verdict = match (r.applied, r.found, r.reason) {
+            (Some(true), _, _) => "applied".to_owned(),
+            (Some(false), _, Some(reason)) => reason,
+            (_, Some(true), _) => "found".to_owned(),
+            (_, Some(false), _) => "missing".to_owned(),
+            _ => "read".to_owned(),
+        };
+        metrics::counter!("queen_kv_verdicts_total", "op" => r.op.unwrap_or_default(), "verdict" => verdict)
+            .increment(1);
+    }
+}
