@@ -174,26 +174,17 @@ BEGIN
     'nextAfter', CASE WHEN v_truncated THEN v_last END);
 END $$;
 
--- A version must be drawn after the key's row is locked: an INSERT draws its
--- VALUES version before it waits for a conflicting writer, and if that row
--- is then deleted the insert goes ahead with a version lower than one the
--- key already had (versions would move backwards; lock tokens rely on them
--- rising). So ON CONFLICT DO UPDATE draws its own version, and a fresh
--- insert is re-stamped when any version was drawn after its own (cheap:
--- without concurrent writers last_value is still ours).
-CREATE OR REPLACE FUNCTION queen.kv_restamp(p_ns text, p_key text, p_draw bigint) RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_version bigint;
-BEGIN
-  IF (SELECT last_value FROM queen.kv_version_seq) = p_draw THEN
-    RETURN p_draw;
-  END IF;
-  UPDATE queen.kv t SET version = nextval('queen.kv_version_seq')
-   WHERE t.ns = p_ns AND t.key = p_key
-  RETURNING t.version INTO v_version;
-  RETURN v_version;
-END $$;
+-- Every write of a key first takes a transaction-scoped advisory lock on
+-- the key, then draws its version. Writers of one key therefore draw in
+-- commit order, so a key's versions only rise, even across delete and
+-- re-create (an INSERT that drew its version before waiting on a
+-- conflicting writer could otherwise land below a version the key already
+-- had; lock tokens rely on versions rising). Writes are applied in key byte
+-- order, so these locks are taken in one global order too.
+CREATE OR REPLACE FUNCTION queen.kv_lock(p_ns text, p_key text) RETURNS void
+LANGUAGE sql AS $$
+  SELECT pg_advisory_xact_lock(hashtextextended(p_ns || E'\x1f' || p_key, 7242))
+$$;
 
 -- put: no expect is an unconditional upsert that replaces value and expiry;
 -- expect 0 means "must not exist" and wins over an expired row; expect N > 0
@@ -205,25 +196,21 @@ LANGUAGE plpgsql AS $$
 DECLARE
   v_expires timestamptz := queen.kv_expiry(p_ttl_seconds, p_forever);
   v_version bigint;
-  v_draw bigint;
   k queen.kv;
 BEGIN
+  PERFORM queen.kv_lock(p_ns, p_key);
   IF p_expect IS NULL OR p_expect = 0 THEN
-    -- expect 0: a live conflicting row stays locked (ON CONFLICT locks it
-    -- even when the WHERE refuses the update), so the read below sees the winner.
-    v_draw := nextval('queen.kv_version_seq');
+    -- expect 0: the update applies only over an expired row; a live row
+    -- refuses it and answers what a reader sees now (the winner).
     INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
-    VALUES (p_ns, p_key, p_value, v_draw, v_expires, now())
+    VALUES (p_ns, p_key, p_value, nextval('queen.kv_version_seq'), v_expires, now())
     ON CONFLICT (ns, key) DO UPDATE
-      SET value = EXCLUDED.value, version = nextval('queen.kv_version_seq'),
+      SET value = EXCLUDED.value, version = EXCLUDED.version,
           expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
       WHERE p_expect IS NULL OR (t.expires_at IS NOT NULL AND t.expires_at <= now())
     RETURNING t.version INTO v_version;
     IF v_version IS NULL THEN
       RETURN queen.kv_refused(p_key, 'exists', queen.kv_live(p_ns, p_key));
-    END IF;
-    IF v_version = v_draw THEN
-      v_version := queen.kv_restamp(p_ns, p_key, v_draw);
     END IF;
   ELSE
     UPDATE queen.kv AS t
@@ -314,12 +301,12 @@ DECLARE
   v_current numeric;
   v_next numeric;
   v_version bigint;
-  v_draw bigint;
   v_attempt integer := 0;
 BEGIN
   IF p_delta IS NULL OR p_delta <> trunc(p_delta) THEN
     PERFORM queen.kv_reject('kv_bad_body', 'delta must be an integer');
   END IF;
+  PERFORM queen.kv_lock(p_ns, p_key);
   LOOP
     v_attempt := v_attempt + 1;
     SELECT * INTO k FROM queen.kv t WHERE t.ns = p_ns AND t.key = p_key FOR UPDATE;
@@ -348,17 +335,10 @@ BEGIN
        WHERE t.ns = p_ns AND t.key = p_key
       RETURNING t.version INTO v_version;
     ELSE
-      -- On a conflict nothing is written but the conflicting row is locked
-      -- (ON CONFLICT DO UPDATE locks it even when its WHERE is false), so
-      -- the next read holds it and the loop cannot lose to create/delete churn.
-      v_draw := nextval('queen.kv_version_seq');
       INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
-      VALUES (p_ns, p_key, to_jsonb(v_next), v_draw, v_expires, now())
-      ON CONFLICT (ns, key) DO UPDATE SET updated_at = t.updated_at WHERE false
+      VALUES (p_ns, p_key, to_jsonb(v_next), nextval('queen.kv_version_seq'), v_expires, now())
+      ON CONFLICT (ns, key) DO NOTHING
       RETURNING t.version INTO v_version;
-      IF v_version IS NOT NULL THEN
-        v_version := queen.kv_restamp(p_ns, p_key, v_draw);
-      END IF;
     END IF;
     IF v_version IS NOT NULL THEN
       RETURN jsonb_build_object('applied', true, 'key', p_key, 'value', to_jsonb(v_next), 'version', v_version);
