@@ -139,40 +139,31 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.kv_get_prefix(
   p_ns text, p_prefix text, p_after text, p_limit integer, p_keys_only boolean, p_max_bytes bigint)
 RETURNS jsonb
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  v_limit integer := least(greatest(coalesce(p_limit, 100), 1), 1000);
-  v_end text := queen.kv_prefix_end(p_prefix);
-  r record;
-  v_rows jsonb := '[]';
-  v_n integer := 0;
-  v_bytes bigint := 0;
-  v_truncated boolean := false;
-  v_last text;
-BEGIN
-  FOR r IN
-    SELECT k AS row, k.key,
-           CASE WHEN p_keys_only THEN octet_length(k.key) ELSE octet_length(k.value::text) END AS size
-      FROM queen.kv k
+LANGUAGE sql STABLE AS $$
+  -- One index range scan of at most limit + 1 rows; the running byte sum
+  -- decides where the page stops (at least one row when one exists).
+  WITH lim AS (SELECT least(greatest(coalesce(p_limit, 100), 1), 1000) AS n, queen.kv_prefix_end(p_prefix) AS stop),
+  scan AS (
+    SELECT k, row_number() OVER (ORDER BY k.key) AS rn,
+           sum(CASE WHEN p_keys_only THEN octet_length(k.key) ELSE octet_length(k.value::text) END)
+             OVER (ORDER BY k.key) AS bytes
+      FROM queen.kv k, lim
      WHERE k.ns = p_ns
-       AND k.key >= p_prefix AND (v_end IS NULL OR k.key < v_end)
+       AND k.key >= p_prefix AND (lim.stop IS NULL OR k.key < lim.stop)
        AND (p_after IS NULL OR k.key > p_after)
        AND (k.expires_at IS NULL OR k.expires_at > now())
      ORDER BY k.key
-     LIMIT v_limit + 1
-  LOOP
-    IF v_n = v_limit OR (v_bytes + r.size > p_max_bytes AND v_n > 0) THEN
-      v_truncated := true;
-      EXIT;
-    END IF;
-    v_rows := v_rows || queen.kv_row_json(r.row, NOT p_keys_only);
-    v_bytes := v_bytes + r.size;
-    v_n := v_n + 1;
-    v_last := r.key;
-  END LOOP;
-  RETURN jsonb_build_object('rows', v_rows, 'truncated', v_truncated,
-    'nextAfter', CASE WHEN v_truncated THEN v_last END);
-END $$;
+     LIMIT (SELECT n + 1 FROM lim)
+  ),
+  page AS (
+    SELECT s.* FROM scan s, lim WHERE s.rn <= lim.n AND (s.rn = 1 OR s.bytes <= p_max_bytes)
+  )
+  SELECT jsonb_build_object(
+    'rows', coalesce((SELECT jsonb_agg(queen.kv_row_json(p.k, NOT p_keys_only) ORDER BY p.rn) FROM page p), '[]'::jsonb),
+    'truncated', (SELECT count(*) FROM scan) > (SELECT count(*) FROM page),
+    'nextAfter', CASE WHEN (SELECT count(*) FROM scan) > (SELECT count(*) FROM page)
+                      THEN (SELECT (p.k).key FROM page p ORDER BY p.rn DESC LIMIT 1) END)
+$$;
 
 -- Every write of a key first takes a transaction-scoped advisory lock on
 -- the key, then draws its version. Writers of one key therefore draw in
