@@ -36,6 +36,10 @@ impl Expect {
 
 /// One KV operation. `value`, `delta`, `min` and `max` are raw JSON text so
 /// that numbers keep every digit.
+// Field meanings are the wire's (kv.md): `ns` namespace, `key` key,
+// `expect` version precondition, `required` aborts the whole call when the
+// precondition is lost; documenting each field again would add nothing.
+#[allow(missing_docs)]
 #[derive(Debug, Clone)]
 pub enum KvOp {
     /// Read one key.

@@ -11,6 +11,7 @@
 //! delays (the waiters poll as a fallback).
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
+#![warn(missing_docs)]
 
 mod admin;
 mod broker;

@@ -6,6 +6,7 @@
 //! number); every rule lives in the SQL functions.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
+#![warn(missing_docs)]
 
 mod error;
 mod extract;
