@@ -41,9 +41,9 @@ pub(crate) async fn track(req: Request, next: Next) -> Response {
     let started = Instant::now();
     let resp = next.run(req).await;
     let status = resp.status().as_u16().to_string();
-    metrics::counter!("queen_http_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status)
+    metrics::counter!("queen_http_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status.clone())
         .increment(1);
-    metrics::histogram!("queen_http_request_duration_seconds", "route" => route, "method" => method)
+    metrics::histogram!("queen_http_request_duration_seconds", "route" => route, "method" => method, "status" => status)
         .record(started.elapsed().as_secs_f64());
     resp
 }

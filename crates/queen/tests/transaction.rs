@@ -290,6 +290,15 @@ async fn a_bundle_without_operations_is_400() {
 }
 
 #[tokio::test]
+async fn a_bundle_with_empty_operations_and_no_kv_is_400_and_writes_nothing() {
+    let b = TestBroker::start().await;
+    let (code, body) = b.post("/api/v1/transaction", &json!({"operations": [], "requiredLeases": []})).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("operations"), "{body}");
+    assert_eq!(b.written_rows().await, 0);
+}
+
+#[tokio::test]
 async fn an_unknown_operation_type_is_400_and_writes_nothing() {
     let b = TestBroker::start().await;
     let (code, body) = b

@@ -118,9 +118,9 @@ BEGIN
        AND c.next_seq < p.next_seq
        AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
        AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
-       AND (q.delayed_processing = 0 OR EXISTS (
-             SELECT 1 FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq = c.next_seq
-                AND m.created_at <= now() - make_interval(secs => q.delayed_processing)))
+       AND (q.delayed_processing = 0 OR (
+             SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+              ORDER BY m.seq LIMIT 1) <= now() - make_interval(secs => q.delayed_processing))
      ORDER BY c.last_delivered_at NULLS FIRST, c.partition_id
      LIMIT p_partitions
      FOR UPDATE OF c SKIP LOCKED
@@ -139,7 +139,16 @@ BEGIN
                     OR m.created_at <= now() - make_interval(secs => q.delayed_processing))
              ORDER BY m.seq
              LIMIT v_left) m;
-    CONTINUE WHEN v_count = 0;
+    IF v_count = 0 THEN
+      -- Nothing left at or after the cursor (deleted messages leave holes):
+      -- move the cursor to the lane's end so the lane stops being claimed.
+      IF NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = lane.partition_id AND m.seq >= lane.next_seq) THEN
+        UPDATE queen.cursors c SET next_seq = p.next_seq, lease_id = NULL, lease_expires_at = NULL, batch_end = NULL
+          FROM queen.partitions p
+         WHERE p.id = c.partition_id AND c.partition_id = lane.partition_id AND c.consumer_group = v_group;
+      END IF;
+      CONTINUE;
+    END IF;
 
     IF p_auto_ack THEN
       UPDATE queen.cursors SET next_seq = v_last + 1, last_delivered_at = now(),

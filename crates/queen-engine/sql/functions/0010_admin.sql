@@ -12,20 +12,28 @@ END $$;
 
 -- Per-partition counts for one queue, for the queue-mode cursor: pending
 -- (not yet delivered or redeliverable), processing (under a live lease),
--- completed (below the cursor).
+-- completed (below the cursor). Pending and processing count the rows at or
+-- after the cursor (a deleted message leaves a hole in the offsets), so they
+-- agree with the depth and the message list; the scan is bounded by the
+-- backlog, as for the depth.
 CREATE OR REPLACE FUNCTION queen.partition_stats(p_queue_id bigint)
 RETURNS TABLE (partition_id uuid, name text, created_at timestamptz, total bigint, completed bigint,
                processing bigint, pending bigint, dead_letter bigint, last_push_at timestamptz)
 LANGUAGE sql STABLE AS $$
-  SELECT p.id, p.name, p.created_at, p.next_seq,
+  SELECT p.id, p.name, p.created_at,
+         coalesce(c.next_seq, 0) + b.processing + b.pending,
          coalesce(c.next_seq, 0),
-         CASE WHEN c.lease_expires_at > now() THEN c.batch_end - c.next_seq ELSE 0 END,
-         p.next_seq - coalesce(c.next_seq, 0)
-           - CASE WHEN c.lease_expires_at > now() THEN c.batch_end - c.next_seq ELSE 0 END,
+         b.processing,
+         b.pending,
          (SELECT count(*) FROM queen.dead_letters d WHERE d.partition_id = p.id),
          p.last_push_at
     FROM queen.partitions p
     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+    CROSS JOIN LATERAL (
+      SELECT count(*) FILTER (WHERE coalesce(c.lease_expires_at > now(), false) AND m.seq < c.batch_end) AS processing,
+             count(*) FILTER (WHERE NOT (coalesce(c.lease_expires_at > now(), false) AND m.seq < c.batch_end)) AS pending
+        FROM queen.messages m
+       WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)) b
    WHERE p.queue_id = p_queue_id
 $$;
 
@@ -77,12 +85,16 @@ LANGUAGE sql STABLE AS $$
                      JOIN queen.messages m ON m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
                     WHERE p.queue_id = q.id
                       AND m.created_at <= now() - make_interval(secs => q.delayed_processing)), 0),
-         coalesce((SELECT extract(epoch FROM now() - min(m.created_at))
+         -- The first message at or after the cursor (not the one at the
+         -- cursor: a deleted message leaves a hole there).
+         coalesce((SELECT extract(epoch FROM now() - min(h.created_at))
                      FROM queen.partitions p
                      LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
-                     JOIN queen.messages m ON m.partition_id = p.id AND m.seq = coalesce(c.next_seq, 0)
+                     CROSS JOIN LATERAL (SELECT m.created_at FROM queen.messages m
+                                          WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
+                                          ORDER BY m.seq LIMIT 1) h
                     WHERE p.queue_id = q.id
-                      AND m.created_at <= now() - make_interval(secs => q.delayed_processing)), 0),
+                      AND h.created_at <= now() - make_interval(secs => q.delayed_processing)), 0),
          (SELECT count(*) FROM queen.dead_letters d WHERE d.queue_id = q.id)
     FROM queen.queues q
 $$;
@@ -261,7 +273,8 @@ LANGUAGE sql STABLE AS $$
            count(c.partition_id) FILTER (WHERE c.next_seq < p.next_seq) AS "partitionsWithLag",
            coalesce(sum(p.next_seq - c.next_seq), 0) AS "totalLag",
            coalesce(max(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
-                      WHERE m.partition_id = c.partition_id AND m.seq = c.next_seq))), 0) AS "maxTimeLag",
+                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+                      ORDER BY m.seq LIMIT 1))), 0) AS "maxTimeLag",
            CASE WHEN coalesce(sum(p.next_seq - c.next_seq), 0) = 0 THEN 'Stable' ELSE 'Lagging' END AS state,
            g.subscription_mode AS "subscriptionMode", queen.iso(g.subscription_from) AS "subscriptionTimestamp",
            queen.iso(g.created_at) AS "subscriptionCreatedAt",
@@ -275,7 +288,8 @@ LANGUAGE sql STABLE AS $$
       LEFT JOIN queen.partitions p ON p.id = c.partition_id
      WHERE p_name IS NULL OR g.name = p_name
      GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
-   WHERE p_min_lag_seconds IS NULL OR x."maxTimeLag" >= p_min_lag_seconds
+   -- Lagging: behind on some partition, by at least p_min_lag_seconds.
+   WHERE p_min_lag_seconds IS NULL OR (x."totalLag" > 0 AND x."maxTimeLag" >= p_min_lag_seconds)
 $$;
 
 -- Maintenance switches: one row, read by push and pop (a primary-key read).
