@@ -133,8 +133,14 @@ async fn path_op(app: &AppState, op: &str, ns: &str, key: &str, body: Option<&st
         Err(_) => return kv_failure(ApiError::bad("body", "could not be encoded")),
     };
     let answer = match app.engine.kv(&format!("[{op_text}]")).await {
-        Ok(json) => json,
-        Err(EngineError::Refused(body)) => return json_response(StatusCode::OK, body),
+        Ok(json) => {
+            crate::metrics::record_kv(&json.0);
+            json
+        }
+        Err(EngineError::Refused(body)) => {
+            crate::metrics::record_kv(&body);
+            return json_response(StatusCode::OK, body);
+        }
         Err(e) => return kv_failure(e.into()),
     };
     #[derive(serde::Deserialize)]
