@@ -165,6 +165,18 @@ impl HttpBroker {
         self.bases.iter().map(Url::as_str)
     }
 
+    /// GETs any route of the HTTP API and answers its JSON body as text.
+    ///
+    /// For the read-only operator routes the [`Broker`] trait does not cover
+    /// (they have no in-process twin), such as `["api", "v1", "status"]` or
+    /// `["api", "v1", "resources", "queues"]`. `path` is a list of segments,
+    /// each percent-encoded, so a queue name cannot change the route. The
+    /// call goes through the same round robin, bearer token, timeout and
+    /// retry policy as every other one; a non-2xx answer is [`Error::Status`].
+    pub async fn get_json(&self, path: &[&str]) -> Result<Json> {
+        self.json(self.call(Method::GET, path, None)).await
+    }
+
     fn url(&self, path: &[&str], query: &[(&'static str, String)]) -> Url {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.bases.len();
         let mut url = self.bases[i].clone();

@@ -1,4 +1,6 @@
-//! The `queen` command: `serve` the HTTP API, `migrate` a database.
+//! The `queen` command: `serve` the HTTP API, `migrate` a database, and the
+//! client subcommands (`push`, `pop`, `ack`, `kv`, `queues`, `dlq`,
+//! `status`; see `cli`).
 //!
 //! With no database settings at all, `serve` boots a private PostgreSQL
 //! cluster from the system's binaries (see `embedded_pg`).
@@ -6,6 +8,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
 mod bench;
+mod cli;
 mod embedded_pg;
 
 use std::net::SocketAddr;
@@ -19,8 +22,15 @@ use queen_engine::{DbConfig, Engine, EngineError, EngineOptions};
 use queen_server::ServerConfig;
 
 #[derive(Parser)]
-#[command(name = "queen", version, about = "A message broker on PostgreSQL with transactional KV state")]
+#[command(
+    name = "queen",
+    version,
+    about = "A message broker on PostgreSQL with transactional KV state",
+    after_help = cli::EXIT_CODES
+)]
 struct Cli {
+    #[command(flatten)]
+    client: cli::ClientArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -33,6 +43,8 @@ enum Command {
     Migrate(DbArgs),
     /// Measure the broker against pgbench running the same SQL, in one run.
     Bench(bench::BenchArgs),
+    #[command(flatten)]
+    Client(cli::ClientCommand),
 }
 
 #[derive(Args, Clone)]
@@ -113,6 +125,10 @@ struct ServeArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let command = match cli.command {
+        Command::Client(client) => std::process::exit(crate::cli::run(client, cli.client)),
+        other => other,
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json_logs = std::env::var("QUEEN_LOG_FORMAT").map(|v| v == "json").unwrap_or(false);
@@ -123,7 +139,8 @@ fn main() -> anyhow::Result<()> {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
-        match cli.command {
+        match command {
+            Command::Client(_) => Ok(()),
             Command::Serve(args) => serve(args).await,
             Command::Bench(args) => bench::bench(args).await,
             Command::Migrate(args) => {
