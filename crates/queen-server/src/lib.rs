@@ -11,6 +11,7 @@
 mod error;
 mod extract;
 mod metrics;
+mod openapi;
 mod routes;
 
 use std::future::Future;
@@ -45,12 +46,16 @@ pub(crate) struct AppState {
     pub started: std::time::Instant,
 }
 
-/// The whole API as an axum router.
+/// The whole API as an axum router, `/openapi.json` included.
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let limit = config.max_body_bytes;
     // Installed before the first request so every family is recorded.
     let _ = metrics::handle();
-    routes::router()
+    let (routes, doc) = routes::router().split_for_parts();
+    let doc = Arc::new(openapi::finish(doc).to_pretty_json().unwrap_or_default());
+    routes
+        .route("/openapi.json", axum::routing::get(move || serve_document(doc.clone())))
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(DefaultBodyLimit::max(limit))
@@ -59,6 +64,21 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
         .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
             tower_http::request_id::MakeRequestUuid,
         ))
+}
+
+/// The OpenAPI 3.1 document of every route, as served at `/openapi.json`.
+pub fn openapi_json() -> String {
+    let (_, doc) = routes::router().split_for_parts();
+    openapi::finish(doc).to_pretty_json().unwrap_or_default()
+}
+
+async fn method_not_allowed() -> axum::response::Response {
+    let body = serde_json::json!({"error": "method not allowed", "code": "method_not_allowed"});
+    error::json_response(axum::http::StatusCode::METHOD_NOT_ALLOWED, body.to_string())
+}
+
+async fn serve_document(doc: Arc<String>) -> axum::response::Response {
+    error::json_response(axum::http::StatusCode::OK, doc.as_str().to_owned())
 }
 
 /// One span per request, named by the route template and the request id;

@@ -121,6 +121,9 @@ struct ServeArgs {
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Longest long poll (`wait=true`) a client may ask for, in milliseconds.
+    #[arg(long, env = "QUEEN_MAX_WAIT_MS", default_value_t = 10 * 60 * 1000)]
+    max_wait_ms: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -206,7 +209,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, "queen is serving");
-    let config = ServerConfig { max_body_bytes: args.max_body_bytes, ..ServerConfig::default() };
+    let config = ServerConfig { max_body_bytes: args.max_body_bytes, max_wait_ms: args.max_wait_ms };
     queen_server::serve(listener, engine, config, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

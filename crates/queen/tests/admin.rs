@@ -835,3 +835,27 @@ async fn deleted_messages_leave_holes_that_pop_skips_without_starving_other_lane
     assert_eq!(status, 200, "the delayed lane is delivered after its head was deleted");
     assert_eq!(TestBroker::tx_ids(&body), ["d2"]);
 }
+
+#[tokio::test]
+async fn openapi_json_is_served_and_is_the_generated_document() {
+    let b = TestBroker::start().await;
+    let r = b.http.get(b.url("/openapi.json")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let served: Value = r.json().await.unwrap();
+    let generated: Value = serde_json::from_str(&queen_server::openapi_json()).unwrap();
+    assert_eq!(served, generated);
+    assert_eq!(served["openapi"], "3.1.0");
+    assert!(served["paths"]["/api/v1/kv"]["post"]["requestBody"].is_object());
+}
+
+#[tokio::test]
+async fn a_wrong_method_is_a_json_405_with_a_code() {
+    let b = TestBroker::start().await;
+    let r = b.http.put(b.url("/api/v1/push")).body("{}").send().await.unwrap();
+    assert_eq!(r.status(), 405);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["code"], "method_not_allowed");
+    let (code, body) = b.get("/no/such/route").await;
+    assert_eq!((code, body["code"].as_str()), (404, Some("not_found")));
+}

@@ -12,6 +12,8 @@ use serde::Deserialize;
 use super::broker::{Body, QueryMap};
 use crate::error::json_response;
 use crate::extract::{object_body, Params};
+#[allow(unused_imports)]
+use crate::openapi::*;
 use crate::{ApiError, AppState};
 
 type Answer = Result<Response, ApiError>;
@@ -24,35 +26,48 @@ fn partition_id(raw: &str) -> Result<uuid::Uuid, ApiError> {
     uuid::Uuid::parse_str(raw).map_err(|_| ApiError::bad("partitionId", "must be a UUID"))
 }
 
+#[utoipa::path(get, path = "/api/v1/resources/overview", tag = "resources", responses((status = 200, description = "Counts across the system", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn overview(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.resources_overview().await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/resources/queues", tag = "resources", responses((status = 200, description = "Every queue with its counts", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn queues(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.resources_queues().await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/status/queues", tag = "status", responses((status = 200, description = "Every queue with its counts", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn status_queues(state: State<Arc<AppState>>) -> Answer {
+    queues(state).await
+}
+
+#[utoipa::path(get, path = "/api/v1/resources/queues/{queue}", tag = "resources", params(("queue" = String, Path)), responses((status = 200, description = "One queue with its partitions and groups", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn queue(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
     Ok(ok(app.engine.resources_queue(&queue).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/resources/queues/{queue}/depth", tag = "resources", params(("queue" = String, Path)), responses((status = 200, description = "Depth per partition", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn queue_depth(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
     Ok(ok(app.engine.resources_queue_depth(&queue).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/resources/partitions", tag = "resources", params(PartitionsParams), responses((status = 200, description = "Partitions", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn partitions(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
     let p = Params::from(query)?;
     Ok(ok(app.engine.resources_partitions(p.str("queue")).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/resources/namespaces", tag = "resources", responses((status = 200, description = "Queues grouped by namespace", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn namespaces(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.resources_grouped(false).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/resources/tasks", tag = "resources", responses((status = 200, description = "Queues grouped by task", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn tasks(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.resources_grouped(true).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/messages", tag = "messages", params(MessagesParams), responses((status = 200, description = "Messages with their state", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn messages(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
     let p = Params::from(query)?;
     let limit = p.int("limit", 1, 10_000)?.unwrap_or(200) as i32;
@@ -60,6 +75,7 @@ pub(crate) async fn messages(State(app): State<Arc<AppState>>, query: QueryMap) 
     Ok(ok(app.engine.messages(p.str("queue"), p.str("partition"), p.str("status"), limit, offset).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/messages/{partition_id}/{transaction_id}", tag = "messages", params(("partition_id" = String, Path, description = "Partition UUID"), ("transaction_id" = String, Path)), responses((status = 200, description = "One message with its per-group consumption state", body = Object), (status = 404, description = "No such message", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn message(
     State(app): State<Arc<AppState>>,
     Path((pid, tx)): Path<(String, String)>,
@@ -67,6 +83,7 @@ pub(crate) async fn message(
     Ok(ok(app.engine.message(&partition_id(&pid)?, &tx).await?))
 }
 
+#[utoipa::path(delete, path = "/api/v1/messages/{partition_id}/{transaction_id}", tag = "messages", params(("partition_id" = String, Path, description = "Partition UUID"), ("transaction_id" = String, Path)), responses((status = 200, description = "Deleted", body = Object), (status = 404, description = "No such message", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn delete_message(
     State(app): State<Arc<AppState>>,
     Path((pid, tx)): Path<(String, String)>,
@@ -74,6 +91,7 @@ pub(crate) async fn delete_message(
     Ok(ok(app.engine.delete_message(&partition_id(&pid)?, &tx).await?))
 }
 
+#[utoipa::path(post, path = "/api/v1/messages/{partition_id}/{transaction_id}/retry", tag = "messages", params(("partition_id" = String, Path, description = "Partition UUID"), ("transaction_id" = String, Path)), responses((status = 200, description = "Moved out of the DLQ and re-appended", body = Object), (status = 404, description = "No such dead letter", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn retry_message(
     State(app): State<Arc<AppState>>,
     Path((pid, tx)): Path<(String, String)>,
@@ -81,31 +99,42 @@ pub(crate) async fn retry_message(
     Ok(ok(app.engine.retry_message(&partition_id(&pid)?, &tx).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/consumer-groups", tag = "groups", responses((status = 200, description = "Every group with its lag", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn consumer_groups(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.consumer_groups(None, None).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/consumer-groups/lagging", tag = "groups", params(LaggingParams), responses((status = 200, description = "Groups lagging by at least minLagSeconds", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn lagging_groups(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
     let p = Params::from(query)?;
     let min = p.int("minLagSeconds", 0, i64::from(i32::MAX))?.unwrap_or(3600) as f64;
     Ok(ok(app.engine.consumer_groups(None, Some(min)).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/consumer-groups/{group}", tag = "groups", params(("group" = String, Path)), responses((status = 200, description = "One group per queue", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn consumer_group(State(app): State<Arc<AppState>>, Path(group): Path<String>) -> Answer {
     Ok(ok(app.engine.consumer_groups(Some(&group), None).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/status", tag = "status", responses((status = 200, description = "Throughput and backlog summary", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn status(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.status().await?))
 }
 
+#[utoipa::path(post, path = "/api/v1/stats/refresh", tag = "status", responses((status = 200, description = "Statistics are always live", body = Object)))]
 pub(crate) async fn stats_refresh() -> Response {
     // Counts are computed live from the tables; there is no cache to refresh.
     json_response(StatusCode::OK, r#"{"success":true,"message":"statistics are always live"}"#.into())
 }
 
+#[utoipa::path(get, path = "/api/v1/system/maintenance", tag = "status", responses((status = 200, description = "The push and pop switches", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn maintenance(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.maintenance().await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/system/maintenance/pop", tag = "status", responses((status = 200, description = "The push and pop switches", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn pop_maintenance(state: State<Arc<AppState>>) -> Answer {
+    maintenance(state).await
 }
 
 #[derive(Deserialize)]
@@ -119,17 +148,20 @@ fn switch(body: &Body) -> Result<bool, ApiError> {
     parsed.enabled.ok_or_else(|| ApiError::bad("enabled", "is required (enabled (boolean) is required)"))
 }
 
+#[utoipa::path(post, path = "/api/v1/system/maintenance", tag = "status", request_body = MaintenanceSwitch, responses((status = 200, description = "The switches", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn set_push_maintenance(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     let on = switch(&body)?;
     Ok(ok(app.engine.set_maintenance(Some(on), None).await?))
 }
 
+#[utoipa::path(post, path = "/api/v1/system/maintenance/pop", tag = "status", request_body = MaintenanceSwitch, responses((status = 200, description = "The switches", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn set_pop_maintenance(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     let on = switch(&body)?;
     Ok(ok(app.engine.set_maintenance(None, Some(on)).await?))
 }
 
 /// `GET /metrics`: the JSON summary.
+#[utoipa::path(get, path = "/metrics", tag = "status", responses((status = 200, description = "Pool, long polls, sweeper", body = Object)))]
 pub(crate) async fn metrics_json(State(app): State<Arc<AppState>>) -> Response {
     let (size, idle, max) = app.engine.pool_status();
     json_response(
@@ -150,6 +182,7 @@ fn label(v: &str) -> String {
 
 /// `GET /metrics/prometheus`: recorder families plus figures read from
 /// PostgreSQL at scrape time (so every broker reports the same depths).
+#[utoipa::path(get, path = "/metrics/prometheus", tag = "status", responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")))]
 pub(crate) async fn metrics_prometheus(State(app): State<Arc<AppState>>) -> Response {
     let mut out = match crate::metrics::handle() {
         Some(h) => {

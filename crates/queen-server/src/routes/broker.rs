@@ -16,6 +16,8 @@ use std::collections::HashMap;
 
 use crate::error::json_response;
 use crate::extract::{json_body, object_body, Params};
+#[allow(unused_imports)]
+use crate::openapi::*;
 use crate::{ApiError, AppState};
 
 pub(crate) type Body = Result<Bytes, BytesRejection>;
@@ -26,6 +28,7 @@ fn ok(json: queen_engine::Json) -> Response {
     json_response(StatusCode::OK, json.0)
 }
 
+#[utoipa::path(get, path = "/health", tag = "broker", responses((status = 200, description = "Healthy", body = Object), (status = 503, description = "PostgreSQL unreachable", body = ErrorBody)))]
 pub(crate) async fn health(State(app): State<Arc<AppState>>) -> Response {
     match app.engine.health().await {
         Ok(()) => json_response(
@@ -44,6 +47,7 @@ pub(crate) async fn not_found() -> Response {
     )
 }
 
+#[utoipa::path(post, path = "/api/v1/configure", tag = "broker", request_body = ConfigureRequest, responses((status = 200, description = "The effective options", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn configure(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     Ok(ok(app.engine.configure(json_body(&body)?).await?))
 }
@@ -54,6 +58,7 @@ struct PushBody<'a> {
     items: Option<&'a RawValue>,
 }
 
+#[utoipa::path(post, path = "/api/v1/push", tag = "broker", request_body = PushRequest, responses((status = 201, description = "One result per item, in order: queued, duplicate or failed", body = [Object]), (status = 413, description = "Body too large", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn push(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     let text = object_body(&body)?;
     let parsed: PushBody = serde_json::from_str(text)
@@ -63,6 +68,7 @@ pub(crate) async fn push(State(app): State<Arc<AppState>>, body: Body) -> Answer
     Ok(json_response(StatusCode::CREATED, result.0))
 }
 
+#[utoipa::path(get, path = "/api/v1/pop/queue/{queue}", tag = "broker", params(("queue" = String, Path), PopParams), responses((status = 200, description = "Messages under a lease", body = Object), (status = 204, description = "Nothing to pop"), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn pop_queue(
     State(app): State<Arc<AppState>>,
     Path(queue): Path<String>,
@@ -71,6 +77,7 @@ pub(crate) async fn pop_queue(
     pop(app, queue, None, Params::from(query)?).await
 }
 
+#[utoipa::path(get, path = "/api/v1/pop/queue/{queue}/partition/{partition}", tag = "broker", params(("queue" = String, Path), ("partition" = String, Path), PopParams), responses((status = 200, description = "Messages under a lease", body = Object), (status = 204, description = "Nothing to pop"), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn pop_partition(
     State(app): State<Arc<AppState>>,
     Path((queue, partition)): Path<(String, String)>,
@@ -94,7 +101,8 @@ async fn pop(app: Arc<AppState>, queue: String, partition: Option<String>, p: Pa
         subscription_from: p.str("subscriptionFrom").map(str::to_owned),
     };
     let wait = p.bool("wait")?.unwrap_or(false);
-    let timeout = p.int("timeout", 0, app.config.max_wait_ms as i64)?.unwrap_or(30_000) as u64;
+    let max_wait = app.config.max_wait_ms as i64;
+    let timeout = p.int("timeout", 0, max_wait)?.unwrap_or(30_000.min(max_wait)) as u64;
     let found = if wait {
         app.engine.pop_wait(&req, Duration::from_millis(timeout)).await?
     } else {
@@ -114,6 +122,7 @@ struct BatchAckBody<'a> {
     consumer_group: Option<String>,
 }
 
+#[utoipa::path(post, path = "/api/v1/ack", tag = "broker", request_body = AckItem, responses((status = 200, description = "One result; a refusal is success false", body = [Object]), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn ack(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     let text = json_body(&body)?;
     // A single ack is a batch of one; the item carries its own group.
@@ -121,6 +130,7 @@ pub(crate) async fn ack(State(app): State<Arc<AppState>>, body: Body) -> Answer 
     Ok(ok(app.engine.ack(&items, None).await?))
 }
 
+#[utoipa::path(post, path = "/api/v1/ack/batch", tag = "broker", request_body = BatchAckRequest, responses((status = 200, description = "One result per acknowledgment, in order", body = [Object]), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn ack_batch(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     let text = object_body(&body)?;
     let parsed: BatchAckBody = serde_json::from_str(text).map_err(|_| {
@@ -138,6 +148,7 @@ struct ExtendBody {
     seconds: Option<i64>,
 }
 
+#[utoipa::path(post, path = "/api/v1/lease/{lease}/extend", tag = "broker", params(("lease" = String, Path)), request_body(content = Option<ExtendRequest>, description = "May be empty"), responses((status = 200, description = "The new expiry, or success false", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn extend_lease(
     State(app): State<Arc<AppState>>,
     Path(lease): Path<String>,
@@ -159,10 +170,12 @@ pub(crate) async fn extend_lease(
     Ok(ok(app.engine.extend_lease(&lease, seconds as i32).await?))
 }
 
+#[utoipa::path(post, path = "/api/v1/transaction", tag = "broker", request_body = TransactionRequest, responses((status = 200, description = "Committed, rolled back (success false), or a lost KV precondition (kv_precondition)", body = Object), (status = 413, description = "Body too large", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn transaction(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     Ok(ok(app.engine.transaction(json_body(&body)?).await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/dlq", tag = "broker", params(DlqParams), responses((status = 200, description = "Dead letters", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn dlq(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
     let p = Params::from(query)?;
     let q = DlqQuery {
@@ -177,10 +190,12 @@ pub(crate) async fn dlq(State(app): State<Arc<AppState>>, query: QueryMap) -> An
     Ok(ok(app.engine.dlq(&q).await?))
 }
 
+#[utoipa::path(delete, path = "/api/v1/resources/queues/{queue}", tag = "broker", params(("queue" = String, Path)), responses((status = 200, description = "deleted is false for a queue that did not exist", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn delete_queue(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
     Ok(ok(app.engine.delete_queue(&queue).await?))
 }
 
+#[utoipa::path(delete, path = "/api/v1/consumer-groups/{group}", tag = "groups", params(("group" = String, Path), DeleteGroupParams), responses((status = 200, description = "The group's cursors removed", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn delete_group(
     State(app): State<Arc<AppState>>,
     Path(group): Path<String>,
@@ -191,6 +206,7 @@ pub(crate) async fn delete_group(
     Ok(ok(app.engine.delete_consumer_group(&group, None, meta).await?))
 }
 
+#[utoipa::path(delete, path = "/api/v1/consumer-groups/{group}/queues/{queue}", tag = "groups", params(("group" = String, Path), ("queue" = String, Path), DeleteGroupParams), responses((status = 200, description = "The group's cursors on the queue removed", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn delete_group_queue(
     State(app): State<Arc<AppState>>,
     Path((group, queue)): Path<(String, String)>,
@@ -207,6 +223,7 @@ struct SubscriptionBody {
     subscription_timestamp: Option<String>,
 }
 
+#[utoipa::path(post, path = "/api/v1/consumer-groups/{group}/subscription", tag = "groups", params(("group" = String, Path)), request_body = SubscriptionRequest, responses((status = 200, description = "The registration updated", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn update_subscription(
     State(app): State<Arc<AppState>>,
     Path(group): Path<String>,
@@ -224,6 +241,7 @@ struct SeekBody {
     timestamp: Option<String>,
 }
 
+#[utoipa::path(post, path = "/api/v1/consumer-groups/{group}/queues/{queue}/seek", tag = "groups", params(("group" = String, Path), ("queue" = String, Path)), request_body = SeekRequest, responses((status = 200, description = "The cursors moved", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn seek(
     State(app): State<Arc<AppState>>,
     Path((group, queue)): Path<(String, String)>,

@@ -15,6 +15,8 @@ use serde_json::value::RawValue;
 use super::broker::Body;
 use crate::error::json_response;
 use crate::extract::json_body;
+#[allow(unused_imports)]
+use crate::openapi::*;
 use crate::{ApiError, AppState};
 
 /// A KV error body: `error` is the code clients branch on.
@@ -72,6 +74,7 @@ fn kv_failure(e: ApiError) -> Response {
 }
 
 /// `POST /api/v1/kv`.
+#[utoipa::path(post, path = "/api/v1/kv", tag = "kv", request_body = KvRequest, responses((status = 200, description = "Index-aligned results, or the kv_precondition body of a lost required precondition", body = Object), (status = 400, description = "kv_bad_request with its reason", body = KvErrorBody), (status = 413, description = "Body too large", body = KvErrorBody), (status = 503, description = "kv_unavailable; Retry-After", body = KvErrorBody)))]
 pub(crate) async fn batch(State(app): State<Arc<AppState>>, body: Body) -> Response {
     let text = match json_body(&body) {
         Ok(t) => t,
@@ -187,6 +190,7 @@ fn key_from(path: KeyPath, query: &Option<String>) -> Result<(String, String), B
 }
 
 /// `GET /api/v1/kv/:ns/*key`.
+#[utoipa::path(get, path = "/api/v1/kv/{ns}/{*key}", tag = "kv", params(("ns" = String, Path), ("key" = String, Path, description = "The rest of the path, slashes included")), responses((status = 200, description = "The bare get result; ETag is the version", body = Object), (status = 400, description = "kv_bad_request with its reason", body = KvErrorBody), (status = 413, description = "Body too large", body = KvErrorBody), (status = 503, description = "kv_unavailable; Retry-After", body = KvErrorBody)))]
 pub(crate) async fn get_key(
     State(app): State<Arc<AppState>>,
     path: KeyPath,
@@ -199,6 +203,7 @@ pub(crate) async fn get_key(
 }
 
 /// `PUT /api/v1/kv/:ns/*key` with `{value, ttlSeconds | forever, expect?, required?}`.
+#[utoipa::path(put, path = "/api/v1/kv/{ns}/{*key}", tag = "kv", params(("ns" = String, Path), ("key" = String, Path, description = "The rest of the path, slashes included")), request_body = KvPutBody, responses((status = 200, description = "The bare put result", body = Object), (status = 400, description = "kv_bad_request with its reason", body = KvErrorBody), (status = 413, description = "Body too large", body = KvErrorBody), (status = 503, description = "kv_unavailable; Retry-After", body = KvErrorBody)))]
 pub(crate) async fn put_key(
     State(app): State<Arc<AppState>>,
     path: KeyPath,
@@ -216,6 +221,7 @@ pub(crate) async fn put_key(
 }
 
 /// `DELETE /api/v1/kv/:ns/*key` with an optional `{expect?, required?}`.
+#[utoipa::path(delete, path = "/api/v1/kv/{ns}/{*key}", tag = "kv", params(("ns" = String, Path), ("key" = String, Path, description = "The rest of the path, slashes included")), request_body(content = Option<KvDeleteBody>, description = "May be empty"), responses((status = 200, description = "The bare delete result", body = Object), (status = 400, description = "kv_bad_request with its reason", body = KvErrorBody), (status = 413, description = "Body too large", body = KvErrorBody), (status = 503, description = "kv_unavailable; Retry-After", body = KvErrorBody)))]
 pub(crate) async fn delete_key(
     State(app): State<Arc<AppState>>,
     path: KeyPath,

@@ -1,0 +1,308 @@
+//! The OpenAPI document of the HTTP API.
+//!
+//! Routes are registered through `utoipa_axum::routes!`, which takes the
+//! path, method and parameters from each handler's `#[utoipa::path]`
+//! attribute and mounts the handler at exactly that path: a route cannot be
+//! served without being documented, nor documented at a path it is not
+//! served on. The types below describe the wire for the document only; the
+//! handlers read raw JSON so that payloads keep every digit, and the SQL
+//! functions own validation.
+
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+/// The body of every broker error (4xx and 5xx).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ErrorBody {
+    /// A readable message; for KV errors, the machine code itself.
+    error: String,
+    /// The machine code clients branch on (`bad_request`, `not_found`, `payload_too_large`,
+    /// `unavailable`, `paused`, `internal`).
+    code: Option<String>,
+    /// The offending field or parameter, on a 400.
+    field: Option<String>,
+    detail: Option<String>,
+}
+
+/// The body of a KV error; `error` is the code and `reason` the closed reason.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct KvErrorBody {
+    /// `kv_bad_request`, `payload_too_large`, `kv_unavailable` or `kv_error`.
+    error: String,
+    /// For example `kv_expiry_not_specified`, `kv_key_too_long`, `kv_timeout`.
+    reason: String,
+    detail: Option<String>,
+}
+
+/// `POST /api/v1/configure`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct ConfigureRequest {
+    queue: String,
+    namespace: Option<String>,
+    task: Option<String>,
+    /// camelCase queue options, merged into the stored ones (`"mode": "replace"` resets):
+    /// leaseTime, retryLimit, priority, delayedProcessing, windowBuffer, maxSize,
+    /// deadLetterQueue, dlqAfterMaxRetries, dedupWindowSeconds, ...
+    #[schema(value_type = Object)]
+    options: Option<Value>,
+}
+
+/// One message to push.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct PushItem {
+    queue: String,
+    /// `Default` when absent.
+    partition: Option<String>,
+    /// Any JSON value, kept digit for digit.
+    payload: Option<Value>,
+    /// Deduplicated per (queue, partition) inside the queue's dedup window.
+    transactionId: Option<String>,
+    traceId: Option<String>,
+    namespace: Option<String>,
+    task: Option<String>,
+}
+
+/// `POST /api/v1/push`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct PushRequest {
+    items: Vec<PushItem>,
+}
+
+/// One settled message (an offset commit inside the leased batch).
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct AckItem {
+    transactionId: String,
+    partitionId: String,
+    /// `completed`, `failed` (counts a retry), `retry` (does not) or `dlq`.
+    status: Option<String>,
+    error: Option<String>,
+    leaseId: Option<String>,
+    consumerGroup: Option<String>,
+}
+
+/// `POST /api/v1/ack/batch`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct BatchAckRequest {
+    acknowledgments: Vec<AckItem>,
+    consumerGroup: Option<String>,
+}
+
+/// `POST /api/v1/lease/{leaseId}/extend`; an empty body extends by 60 s.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ExtendRequest {
+    #[schema(minimum = 1, maximum = 604800)]
+    seconds: Option<i64>,
+}
+
+/// One KV operation. Writes carry exactly one expiry: `ttlSeconds` or `forever: true`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct KvOperation {
+    /// `get`, `getMany`, `getPrefix`, `put`, `putIfAbsent`, `delete`, `check`, `incr`.
+    op: String,
+    ns: String,
+    key: Option<String>,
+    keys: Option<Vec<String>>,
+    prefix: Option<String>,
+    after: Option<String>,
+    limit: Option<i64>,
+    keysOnly: Option<bool>,
+    /// Any JSON value (`null` is a value).
+    value: Option<Value>,
+    ttlSeconds: Option<i64>,
+    forever: Option<bool>,
+    /// The version the key must have now; 0 means "must not exist".
+    expect: Option<i64>,
+    /// A lost precondition rolls the whole call back and answers `kv_precondition`.
+    required: Option<bool>,
+    /// A JSON number of any size (incr).
+    #[schema(value_type = Option<f64>)]
+    delta: Option<Value>,
+    #[schema(value_type = Option<f64>)]
+    min: Option<Value>,
+    #[schema(value_type = Option<f64>)]
+    max: Option<Value>,
+}
+
+/// `POST /api/v1/kv`: one PostgreSQL transaction per call.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct KvRequest {
+    operations: Vec<KvOperation>,
+}
+
+/// The body of the KV path route `PUT`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct KvPutBody {
+    value: Value,
+    ttlSeconds: Option<i64>,
+    forever: Option<bool>,
+    expect: Option<i64>,
+    required: Option<bool>,
+}
+
+/// The optional body of the KV path route `DELETE`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct KvDeleteBody {
+    expect: Option<i64>,
+    required: Option<bool>,
+}
+
+/// One push or ack of a transaction bundle.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct TransactionOperation {
+    /// `push` or `ack`.
+    r#type: String,
+    /// Push: the items.
+    items: Option<Vec<PushItem>>,
+    transactionId: Option<String>,
+    partitionId: Option<String>,
+    status: Option<String>,
+    leaseId: Option<String>,
+    consumerGroup: Option<String>,
+}
+
+/// `POST /api/v1/transaction`: pushes, acks and KV operations in one commit.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct TransactionRequest {
+    operations: Vec<TransactionOperation>,
+    requiredLeases: Option<Vec<String>>,
+    /// At most 64; no getPrefix; one write per key.
+    kv: Option<Vec<KvOperation>>,
+}
+
+/// `POST /api/v1/consumer-groups/{group}/subscription`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct SubscriptionRequest {
+    /// ISO 8601.
+    subscriptionTimestamp: String,
+}
+
+/// `POST /api/v1/consumer-groups/{group}/queues/{queue}/seek`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct SeekRequest {
+    toEnd: Option<bool>,
+    /// ISO 8601.
+    timestamp: Option<String>,
+}
+
+/// `POST /api/v1/system/maintenance[/pop]`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct MaintenanceSwitch {
+    enabled: bool,
+}
+
+/// Query of the pop routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct PopParams {
+    /// Message budget of the call (default 100).
+    #[param(minimum = 1, maximum = 10000)]
+    batch: Option<i64>,
+    /// Long poll until a message arrives or `timeout` passes.
+    wait: Option<bool>,
+    /// Milliseconds (default 30000).
+    #[param(minimum = 0)]
+    timeout: Option<i64>,
+    consumerGroup: Option<String>,
+    /// `all` or `new` (`new-only`), for a group's first pop.
+    subscriptionMode: Option<String>,
+    /// ISO 8601 or `now`, for a group's first pop.
+    subscriptionFrom: Option<String>,
+    /// Commit at delivery.
+    autoAck: Option<bool>,
+    /// How many partitions one call may lease.
+    #[param(minimum = 1, maximum = 10000)]
+    partitions: Option<i64>,
+    #[param(minimum = 1, maximum = 604800)]
+    leaseSeconds: Option<i64>,
+}
+
+/// Query of `GET /api/v1/dlq`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct DlqParams {
+    queue: Option<String>,
+    consumerGroup: Option<String>,
+    partition: Option<String>,
+    /// ISO 8601.
+    from: Option<String>,
+    /// ISO 8601.
+    to: Option<String>,
+    #[param(minimum = 1, maximum = 10000)]
+    limit: Option<i64>,
+    #[param(minimum = 0)]
+    offset: Option<i64>,
+}
+
+/// Query of `GET /api/v1/messages`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct MessagesParams {
+    queue: Option<String>,
+    partition: Option<String>,
+    /// `pending`, `processing`, `completed` or `dead_letter`.
+    status: Option<String>,
+    #[param(minimum = 1, maximum = 10000)]
+    limit: Option<i64>,
+    #[param(minimum = 0)]
+    offset: Option<i64>,
+}
+
+/// Query of the consumer-group delete routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct DeleteGroupParams {
+    /// Also forget the group's registration (default true).
+    deleteMetadata: Option<bool>,
+}
+
+/// Query of `GET /api/v1/consumer-groups/lagging`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct LaggingParams {
+    #[param(minimum = 0)]
+    minLagSeconds: Option<i64>,
+}
+
+/// Query of `GET /api/v1/resources/partitions`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct PartitionsParams {
+    queue: Option<String>,
+}
+
+/// Renames axum's catch-all `{*key}` to the OpenAPI form `{key}`.
+pub(crate) fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
+    let paths = std::mem::take(&mut doc.paths.paths);
+    doc.paths.paths = paths.into_iter().map(|(path, item)| (path.replace("{*", "{"), item)).collect();
+    doc.info.title = "queen-rs".into();
+    doc.info.description = Some(
+        "The Queen MQ HTTP API on PostgreSQL, with transactional KV state. \
+         Business refusals are 200 with success false or a kv_precondition body; \
+         every 4xx and 5xx carries an error code."
+            .into(),
+    );
+    doc
+}
