@@ -5,6 +5,7 @@ Broker core only:      .venv/bin/pytest interop/test_queues.py interop/test_tran
                        (or: -m "core or tx")
 KV only:               .venv/bin/pytest interop/test_kv.py interop/test_tx_kv.py
                        (or: -m "kv or tx_kv")
+Operator surface:      .venv/bin/pytest interop/test_admin.py   (or: -m admin)
 
 The broker is QUEEN_URL (default http://127.0.0.1:6632). Every test uses its
 own uuid-suffixed queue names and KV namespaces, so the suite can run in any
@@ -29,6 +30,7 @@ def pytest_configure(config):
         ("tx", "transactions: push + ack bundles"),
         ("kv", "standalone KV (client.kv)"),
         ("tx_kv", "KV riders inside transactions"),
+        ("admin", "operator surface: resources, messages, DLQ, groups, status, maintenance"),
     ):
         config.addinivalue_line("markers", f"{name}: {doc}")
 

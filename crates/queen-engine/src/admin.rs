@@ -32,9 +32,62 @@ impl Engine {
         self.call_json("SELECT queen.resources_queue($1)::text", &[&queue]).await
     }
 
-    /// Depth and oldest-message age of one queue (404 when missing).
-    pub async fn resources_queue_depth(&self, queue: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.resources_queue_depth($1)::text", &[&queue]).await
+    /// Backlog per partition of one queue, for one group or for queue mode;
+    /// depth and oldest-message age (404 when missing).
+    pub async fn resources_queue_depth(&self, queue: &str, group: Option<&str>) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.resources_queue_depth($1, $2)::text", &[&queue, &group]).await
+    }
+
+    /// One queue with its partitions, groups and depth (404 when missing).
+    pub async fn status_queue(&self, queue: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.status_queue($1)::text", &[&queue]).await
+    }
+
+    /// Messages pushed and dead-lettered per `minute`, `hour` or `day`
+    /// bucket; `from`/`to` are ISO 8601 (the last 24 h by default).
+    pub async fn status_analytics(
+        &self,
+        interval: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+        queue: Option<&str>,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.status_analytics($1, queen.timestamp_param('from', $2), \
+             queen.timestamp_param('to', $3), $4)::text",
+            &[&interval, &from, &to, &queue],
+        )
+        .await
+    }
+
+    /// Connections, size and version of the database.
+    pub async fn database_metrics(&self) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.database_metrics()::text", &[]).await
+    }
+
+    /// Records a trace event against a message; `body` is the request JSON.
+    pub async fn trace_add(&self, body: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.trace_add($1::text::json)::text", &[&body]).await
+    }
+
+    /// The trace events of one message, oldest first.
+    pub async fn traces_for_message(
+        &self,
+        partition_id: &uuid::Uuid,
+        transaction_id: &str,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.traces_for_message($1, $2)::text", &[partition_id, &transaction_id])
+            .await
+    }
+
+    /// Trace events carrying one name, newest first, with their messages.
+    pub async fn traces_by_name(&self, name: &str, limit: i32, offset: i32) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.traces_by_name($1, $2, $3)::text", &[&name, &limit, &offset]).await
+    }
+
+    /// Every trace name with its counts.
+    pub async fn trace_names(&self, limit: i32, offset: i32) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.trace_names($1, $2)::text", &[&limit, &offset]).await
     }
 
     /// Partitions, of one queue or of all.

@@ -34,11 +34,23 @@ pub enum EngineError {
     #[error("conflict, retry: {0}")]
     Conflict(String),
     /// Any other database error: a bug on our side.
-    #[error("database error: {0}")]
+    #[error("database error: {}", describe(.0))]
     Database(tokio_postgres::Error),
     /// The database answered something this crate does not understand.
     #[error("unexpected database answer: {0}")]
     Protocol(String),
+}
+
+/// The server's message, SQLSTATE and function context; never `detail`,
+/// which can quote row values (KV values must not reach the logs).
+fn describe(err: &tokio_postgres::Error) -> String {
+    match err.as_db_error() {
+        Some(db) => match db.where_() {
+            Some(at) => format!("{} [{}] at {}", db.message(), db.code().code(), at),
+            None => format!("{} [{}]", db.message(), db.code().code()),
+        },
+        None => err.to_string(),
+    }
 }
 
 impl From<tokio_postgres::Error> for EngineError {

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 1, name: "0001_broker.sql", sql: include_str!("../sql/migrations/0001_broker.sql") },
     Migration { version: 2, name: "0002_kv.sql", sql: include_str!("../sql/migrations/0002_kv.sql") },
     Migration { version: 3, name: "0003_admin.sql", sql: include_str!("../sql/migrations/0003_admin.sql") },
+    Migration { version: 4, name: "0004_traces.sql", sql: include_str!("../sql/migrations/0004_traces.sql") },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.
@@ -35,6 +36,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0008_kv_batch.sql"),
     include_str!("../sql/functions/0009_transaction.sql"),
     include_str!("../sql/functions/0010_admin.sql"),
+    include_str!("../sql/functions/0011_observe.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

@@ -89,3 +89,12 @@ pub(crate) fn record_kv(body: &str) {
             .increment(1);
     }
 }
+
+/// Resident set size of this process, from `/proc/self/status` (Linux);
+/// `None` where that file does not exist.
+pub(crate) fn process_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}

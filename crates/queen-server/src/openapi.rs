@@ -293,6 +293,57 @@ pub(crate) struct PartitionsParams {
     queue: Option<String>,
 }
 
+/// Query of `GET /api/v1/resources/queues/{queue}/depth`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct DepthParams {
+    /// A consumer group: its own backlog. Absent: queue mode's.
+    group: Option<String>,
+}
+
+/// Query of `GET /api/v1/status/analytics`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct AnalyticsParams {
+    /// `minute`, `hour` (default) or `day`.
+    interval: Option<String>,
+    /// ISO 8601; default 24 h before `to`.
+    from: Option<String>,
+    /// ISO 8601; default now.
+    to: Option<String>,
+    queue: Option<String>,
+}
+
+/// A page of a listing.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct PageParams {
+    #[param(minimum = 1, maximum = 10000)]
+    limit: Option<i64>,
+    #[param(minimum = 0)]
+    offset: Option<i64>,
+}
+
+/// `POST /api/v1/traces`: a timeline entry on a message.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct TraceRequest {
+    transactionId: String,
+    /// UUID.
+    partitionId: String,
+    consumerGroup: Option<String>,
+    /// `info` by default.
+    eventType: Option<String>,
+    /// Any JSON value but null.
+    data: Value,
+    /// A name or a list of names to find the event by.
+    #[schema(value_type = Option<Vec<String>>)]
+    traceNames: Option<Value>,
+}
+
 /// Renames axum's catch-all `{*key}` to the OpenAPI form `{key}`.
 pub(crate) fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
     let paths = std::mem::take(&mut doc.paths.paths);

@@ -859,3 +859,118 @@ async fn a_wrong_method_is_a_json_405_with_a_code() {
     let (code, body) = b.get("/no/such/route").await;
     assert_eq!((code, body["code"].as_str()), (404, Some("not_found")));
 }
+
+#[tokio::test]
+async fn depth_per_partition_for_queue_mode_and_for_one_group() {
+    let b = TestBroker::start().await;
+    b.push("d", "p1", &[("a", json!(1)), ("b", json!(2))]).await;
+    b.push("d", "p2", &[("c", json!(3))]).await;
+    // Group g retires p1 entirely; queue mode consumes nothing.
+    let popped = b.pop_partition("d", "p1", "batch=10&consumerGroup=g&subscriptionMode=all").await.1;
+    let last = popped["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(b.ack(&last, "completed", Some("g")).await["success"], true);
+
+    let whole = get_ok(&b, "/api/v1/resources/queues/d/depth").await;
+    assert_eq!(whole["group"], Value::Null);
+    assert_eq!((whole["pending"].as_i64(), whole["partitionsPending"].as_i64()), (Some(3), Some(2)), "{whole}");
+    assert_eq!(whole["partitions"], json!([{"partition": "p1", "pending": 2}, {"partition": "p2", "pending": 1}]));
+    assert_eq!(whole["depth"], 3, "the old field keeps its meaning: {whole}");
+
+    let mine = get_ok(&b, "/api/v1/resources/queues/d/depth?group=g").await;
+    assert_eq!(mine["group"], "g");
+    assert_eq!((mine["pending"].as_i64(), mine["effectivePending"].as_i64()), (Some(1), Some(1)), "{mine}");
+    assert_eq!(mine["partitions"], json!([{"partition": "p1", "pending": 0}, {"partition": "p2", "pending": 1}]));
+    assert_eq!(mine["conflation"], false);
+}
+
+#[tokio::test]
+async fn traces_are_recorded_against_a_message_and_found_by_message_and_by_name() {
+    let b = TestBroker::start().await;
+    b.push("t", "Default", &[("m1", json!({"n": 1})), ("m2", json!({"n": 2}))]).await;
+    let popped = b.pop_some("t", "batch=2").await;
+    let pid = popped["messages"][0]["partitionId"].as_str().unwrap().to_owned();
+    for (tx, names, data) in [
+        ("m1", json!("checkout"), json!({"step": 1})),
+        ("m1", json!(["checkout", "audit"]), json!({"step": 2})),
+        ("m2", Value::Null, json!("plain")),
+    ] {
+        let body = json!({"transactionId": tx, "partitionId": pid, "consumerGroup": null,
+                          "traceNames": names, "eventType": "info", "data": data});
+        let (code, answer) = b.post("/api/v1/traces", &body).await;
+        assert_eq!(code, 201, "{answer}");
+        assert_eq!(answer["success"], true);
+        assert!(answer["traceId"].is_string());
+    }
+    let mine = get_ok(&b, &format!("/api/v1/traces/{pid}/m1")).await;
+    let steps: Vec<_> = mine["traces"].as_array().unwrap().iter().map(|t| t["data"]["step"].clone()).collect();
+    assert_eq!(steps, [json!(1), json!(2)], "oldest first: {mine}");
+    assert_eq!(mine["traces"][1]["trace_names"], json!(["audit", "checkout"]));
+
+    let named = get_ok(&b, "/api/v1/traces/by-name/checkout?limit=1").await;
+    assert_eq!(named["total"], 2, "{named}");
+    assert_eq!(named["traces"].as_array().unwrap().len(), 1);
+    assert_eq!(named["traces"][0]["data"], json!({"step": 2}), "newest first: {named}");
+    assert_eq!(named["traces"][0]["queue_name"], "t");
+    assert_eq!(named["traces"][0]["message_payload"], json!({"n": 1}));
+
+    let names = get_ok(&b, "/api/v1/traces/names").await;
+    assert_eq!(names["total"], 2, "{names}");
+    let checkout = names["trace_names"].as_array().unwrap().iter().find(|n| n["trace_name"] == "checkout").unwrap();
+    assert_eq!((checkout["trace_count"].as_i64(), checkout["message_count"].as_i64()), (Some(2), Some(1)));
+
+    // Refusals: no message, no data, a bad id; nothing is written.
+    let (code, body) = b
+        .post("/api/v1/traces", &json!({"transactionId": "nope", "partitionId": pid, "data": {}}))
+        .await;
+    assert_eq!((code, body["code"].as_str()), (404, Some("not_found")), "{body}");
+    let (code, body) = b.post("/api/v1/traces", &json!({"transactionId": "m1", "partitionId": pid})).await;
+    assert_eq!((code, body["field"].as_str()), (400, Some("data")), "{body}");
+    let (code, body) =
+        b.post("/api/v1/traces", &json!({"transactionId": "m1", "partitionId": "x", "data": 1})).await;
+    assert_eq!((code, body["field"].as_str()), (400, Some("partitionId")), "{body}");
+    assert_eq!(get_ok(&b, "/api/v1/traces/names").await["total"], 2);
+
+    // Deleting the queue takes its traces with it.
+    b.delete("/api/v1/resources/queues/t").await;
+    assert_eq!(get_ok(&b, "/api/v1/traces/names").await["total"], 0);
+}
+
+#[tokio::test]
+async fn status_queue_detail_analytics_and_process_metrics() {
+    let b = TestBroker::start().await;
+    b.push("s", "Default", &[("a", json!(1)), ("b", json!(2)), ("c", json!(3))]).await;
+    let detail = get_ok(&b, "/api/v1/status/queues/s").await;
+    assert_eq!(detail["queue"], "s");
+    assert_eq!(detail["totals"]["total"], 3, "{detail}");
+    assert_eq!(detail["depth"]["pending"], 3, "{detail}");
+    let (code, _) = b.get("/api/v1/status/queues/none").await;
+    assert_eq!(code, 404);
+
+    let a = get_ok(&b, "/api/v1/status/analytics?interval=minute&queue=s").await;
+    assert_eq!(a["interval"], "minute");
+    assert_eq!(a["totals"]["pushed"], 3, "{a}");
+    assert_eq!(a["buckets"].as_array().unwrap().iter().map(|x| x["pushed"].as_i64().unwrap()).sum::<i64>(), 3);
+    let (code, body) = b.get("/api/v1/status/analytics?interval=week").await;
+    assert_eq!((code, body["field"].as_str()), (400, Some("interval")), "{body}");
+    let (code, body) = b.get("/api/v1/status/analytics?from=yesterday-ish").await;
+    assert_eq!((code, body["field"].as_str()), (400, Some("from")), "{body}");
+    let future = get_ok(&b, "/api/v1/status/analytics?from=2999-01-01T00:00:00Z&to=2999-01-02T00:00:00Z").await;
+    assert_eq!(future["totals"]["pushed"], 0);
+
+    let sys = get_ok(&b, "/api/v1/analytics/system-metrics").await;
+    assert!(sys["process"]["rssBytes"].as_u64().unwrap() > 1_000_000, "{sys}");
+    assert!(sys["database"]["connections"].as_i64().unwrap() >= 1, "{sys}");
+    let workers = get_ok(&b, "/api/v1/analytics/worker-metrics").await;
+    assert_eq!(workers["workers"][0]["pid"], std::process::id());
+}
+
+#[tokio::test]
+async fn seek_with_no_body_names_the_fields_it_needs() {
+    let b = TestBroker::start().await;
+    b.push("k", "Default", &[("a", json!(1))]).await;
+    b.pop_some("k", "consumerGroup=g&subscriptionMode=all").await;
+    let (code, body) = b.post_empty("/api/v1/consumer-groups/g/queues/k/seek").await;
+    assert_eq!(code, 400, "{body}");
+    let msg = body["error"].as_str().unwrap();
+    assert!(msg.contains("toEnd") && msg.contains("timestamp"), "{body}");
+}

@@ -120,6 +120,7 @@ BEGIN
   IF v_id IS NULL THEN
     RETURN json_build_object('deleted', false, 'queue', p_name, 'existed', false);
   END IF;
+  DELETE FROM queen.message_traces t USING queen.partitions p WHERE p.queue_id = v_id AND t.partition_id = p.id;
   DELETE FROM queen.messages m USING queen.partitions p WHERE p.queue_id = v_id AND m.partition_id = p.id;
   DELETE FROM queen.dead_letters WHERE queue_id = v_id;
   DELETE FROM queen.queues WHERE id = v_id;

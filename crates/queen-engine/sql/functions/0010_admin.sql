@@ -99,19 +99,6 @@ LANGUAGE sql STABLE AS $$
     FROM queen.queues q
 $$;
 
-CREATE OR REPLACE FUNCTION queen.resources_queue_depth(p_name text) RETURNS json
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-  r record;
-BEGIN
-  SELECT * INTO r FROM queen.queue_depths() d WHERE d.queue = p_name;
-  IF r.queue IS NULL THEN
-    PERFORM queen.not_found('Queue');
-  END IF;
-  RETURN json_build_object('queue', r.queue, 'depth', r.depth, 'oldestMessageAgeSeconds', r.oldest_age_seconds,
-    'deadLetters', r.dead_letters);
-END $$;
-
 CREATE OR REPLACE FUNCTION queen.resources_partitions(p_queue text) RETURNS json
 LANGUAGE sql STABLE AS $$
   SELECT json_build_object('partitions', coalesce(json_agg(json_build_object(

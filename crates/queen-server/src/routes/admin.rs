@@ -46,9 +46,88 @@ pub(crate) async fn queue(State(app): State<Arc<AppState>>, Path(queue): Path<St
     Ok(ok(app.engine.resources_queue(&queue).await?))
 }
 
-#[utoipa::path(get, path = "/api/v1/resources/queues/{queue}/depth", tag = "resources", params(("queue" = String, Path)), responses((status = 200, description = "Depth per partition", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
-pub(crate) async fn queue_depth(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
-    Ok(ok(app.engine.resources_queue_depth(&queue).await?))
+#[utoipa::path(get, path = "/api/v1/resources/queues/{queue}/depth", tag = "resources", params(("queue" = String, Path), DepthParams), responses((status = 200, description = "Backlog per partition, for the group or for queue mode", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn queue_depth(
+    State(app): State<Arc<AppState>>,
+    Path(queue): Path<String>,
+    query: QueryMap,
+) -> Answer {
+    let p = Params::from(query)?;
+    Ok(ok(app.engine.resources_queue_depth(&queue, p.str("group")).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/status/queues/{queue}", tag = "status", params(("queue" = String, Path)), responses((status = 200, description = "The queue with its partitions, groups and depth", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn status_queue(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
+    Ok(ok(app.engine.status_queue(&queue).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/status/analytics", tag = "status", params(AnalyticsParams), responses((status = 200, description = "Messages pushed and dead-lettered per bucket", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn status_analytics(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
+    let p = Params::from(query)?;
+    let result =
+        app.engine.status_analytics(p.str("interval"), p.str("from"), p.str("to"), p.str("queue")).await?;
+    Ok(ok(result))
+}
+
+/// This process's own figures: brokers share no state, so each reports itself.
+fn process_figures(app: &AppState) -> serde_json::Value {
+    let (size, idle, max) = app.engine.pool_status();
+    serde_json::json!({
+        "pid": std::process::id(),
+        "uptimeSeconds": app.started.elapsed().as_secs(),
+        "rssBytes": crate::metrics::process_rss_bytes(),
+        "longPollsWaiting": app.engine.queues_waiting(),
+        "pool": {"size": size, "idle": idle, "max": max},
+    })
+}
+
+#[utoipa::path(get, path = "/api/v1/analytics/system-metrics", tag = "status", responses((status = 200, description = "This broker process and its database", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn system_metrics(State(app): State<Arc<AppState>>) -> Answer {
+    let database = app.engine.database_metrics().await?;
+    let database = serde_json::value::RawValue::from_string(database.0)
+        .map_err(|e| ApiError::Engine(queen_engine::EngineError::Protocol(e.to_string())))?;
+    let body = serde_json::json!({"process": process_figures(&app), "database": database});
+    Ok(json_response(StatusCode::OK, body.to_string()))
+}
+
+#[utoipa::path(get, path = "/api/v1/analytics/worker-metrics", tag = "status", responses((status = 200, description = "The answering broker process (brokers share no state)", body = Object)))]
+pub(crate) async fn worker_metrics(State(app): State<Arc<AppState>>) -> Response {
+    let body = serde_json::json!({"workers": [process_figures(&app)]});
+    json_response(StatusCode::OK, body.to_string())
+}
+
+#[utoipa::path(post, path = "/api/v1/traces", tag = "messages", request_body = TraceRequest, responses((status = 201, description = "Recorded", body = Object), (status = 404, description = "No such message", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn add_trace(State(app): State<Arc<AppState>>, body: Body) -> Answer {
+    let result = app.engine.trace_add(object_body(&body)?).await?;
+    Ok(json_response(StatusCode::CREATED, result.0))
+}
+
+#[utoipa::path(get, path = "/api/v1/traces/{partition_id}/{transaction_id}", tag = "messages", params(("partition_id" = String, Path, description = "Partition UUID"), ("transaction_id" = String, Path)), responses((status = 200, description = "The message's trace events, oldest first", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn message_traces(
+    State(app): State<Arc<AppState>>,
+    Path((pid, tx)): Path<(String, String)>,
+) -> Answer {
+    Ok(ok(app.engine.traces_for_message(&partition_id(&pid)?, &tx).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/traces/by-name/{name}", tag = "messages", params(("name" = String, Path), PageParams), responses((status = 200, description = "Trace events with this name, newest first", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn traces_by_name(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    query: QueryMap,
+) -> Answer {
+    let p = Params::from(query)?;
+    let limit = p.int("limit", 1, 10_000)?.unwrap_or(100) as i32;
+    let offset = p.int("offset", 0, i32::MAX as i64)?.unwrap_or(0) as i32;
+    Ok(ok(app.engine.traces_by_name(&name, limit, offset).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/traces/names", tag = "messages", params(PageParams), responses((status = 200, description = "Every trace name with its counts", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn trace_names(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
+    let p = Params::from(query)?;
+    let limit = p.int("limit", 1, 10_000)?.unwrap_or(50) as i32;
+    let offset = p.int("offset", 0, i32::MAX as i64)?.unwrap_or(0) as i32;
+    Ok(ok(app.engine.trace_names(limit, offset).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/resources/partitions", tag = "resources", params(PartitionsParams), responses((status = 200, description = "Partitions", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]

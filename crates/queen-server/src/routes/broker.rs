@@ -247,7 +247,10 @@ pub(crate) async fn seek(
     Path((group, queue)): Path<(String, String)>,
     body: Body,
 ) -> Answer {
-    let parsed: SeekBody = serde_json::from_str(object_body(&body)?)
+    // The official client sends no body for `{}`.
+    let empty = matches!(&body, Ok(b) if b.iter().all(u8::is_ascii_whitespace));
+    let text = if empty { "{}" } else { object_body(&body)? };
+    let parsed: SeekBody = serde_json::from_str(text)
         .map_err(|_| ApiError::bad("body", "must be {\"toEnd\": true} or {\"timestamp\": ISO}"))?;
     let result =
         app.engine.seek(&group, &queue, parsed.to_end.unwrap_or(false), parsed.timestamp.as_deref()).await?;
