@@ -210,14 +210,18 @@ impl Engine {
             // Registered before the attempt, so a push between the attempt
             // and the wait is not missed.
             notified.as_mut().enable();
-            match self.pop(req).await {
+            // An unreachable database does not end the wait: the poll keeps
+            // trying until its deadline and answers 503 only if the database
+            // is still gone then. Any other error ends it at once.
+            let unavailable = match self.pop(req).await {
                 Ok(Some(found)) => break Ok(Some(found)),
-                Ok(None) => {}
+                Ok(None) => None,
+                Err(e @ (EngineError::Unavailable(_) | EngineError::Conflict(_))) => Some(e),
                 Err(e) => break Err(e),
-            }
+            };
             let now = Instant::now();
             if now >= deadline || *shutdown.borrow() {
-                break Ok(None);
+                break unavailable.map_or(Ok(None), Err);
             }
             let nap = (deadline - now).min(self.options.poll_interval);
             tokio::select! {

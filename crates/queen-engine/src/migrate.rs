@@ -22,6 +22,11 @@ pub const MIGRATIONS: &[Migration] = &[
     Migration { version: 2, name: "0002_kv.sql", sql: include_str!("../sql/migrations/0002_kv.sql") },
     Migration { version: 3, name: "0003_admin.sql", sql: include_str!("../sql/migrations/0003_admin.sql") },
     Migration { version: 4, name: "0004_traces.sql", sql: include_str!("../sql/migrations/0004_traces.sql") },
+    Migration {
+        version: 5,
+        name: "0005_ready_lanes.sql",
+        sql: include_str!("../sql/migrations/0005_ready_lanes.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -13,6 +13,7 @@ mod extract;
 mod metrics;
 mod openapi;
 mod routes;
+mod uri_guard;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -57,6 +58,7 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
         .route("/openapi.json", axum::routing::get(move || serve_document(doc.clone())))
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
+        .layer(axum::middleware::from_fn(uri_guard::guard))
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(DefaultBodyLimit::max(limit))
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(request_span))

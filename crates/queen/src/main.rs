@@ -132,8 +132,16 @@ fn main() -> anyhow::Result<()> {
         Command::Client(client) => std::process::exit(crate::cli::run(client, cli.client)),
         other => other,
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // tokio_postgres logs every statement's parameters at debug: request
+    // bodies, KV keys and values. Those never reach the logs, whatever
+    // RUST_LOG asks for.
+    for quiet in ["tokio_postgres=info", "postgres_protocol=info"] {
+        if let Ok(directive) = quiet.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     let json_logs = std::env::var("QUEEN_LOG_FORMAT").map(|v| v == "json").unwrap_or(false);
     if json_logs {
         tracing_subscriber::fmt().json().with_env_filter(filter).init();

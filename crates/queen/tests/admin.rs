@@ -872,14 +872,24 @@ async fn depth_per_partition_for_queue_mode_and_for_one_group() {
 
     let whole = get_ok(&b, "/api/v1/resources/queues/d/depth").await;
     assert_eq!(whole["group"], Value::Null);
-    assert_eq!((whole["pending"].as_i64(), whole["partitionsPending"].as_i64()), (Some(3), Some(2)), "{whole}");
-    assert_eq!(whole["partitions"], json!([{"partition": "p1", "pending": 2}, {"partition": "p2", "pending": 1}]));
+    assert_eq!(
+        (whole["pending"].as_i64(), whole["partitionsPending"].as_i64()),
+        (Some(3), Some(2)),
+        "{whole}"
+    );
+    assert_eq!(
+        whole["partitions"],
+        json!([{"partition": "p1", "pending": 2}, {"partition": "p2", "pending": 1}])
+    );
     assert_eq!(whole["depth"], 3, "the old field keeps its meaning: {whole}");
 
     let mine = get_ok(&b, "/api/v1/resources/queues/d/depth?group=g").await;
     assert_eq!(mine["group"], "g");
     assert_eq!((mine["pending"].as_i64(), mine["effectivePending"].as_i64()), (Some(1), Some(1)), "{mine}");
-    assert_eq!(mine["partitions"], json!([{"partition": "p1", "pending": 0}, {"partition": "p2", "pending": 1}]));
+    assert_eq!(
+        mine["partitions"],
+        json!([{"partition": "p1", "pending": 0}, {"partition": "p2", "pending": 1}])
+    );
     assert_eq!(mine["conflation"], false);
 }
 
@@ -902,7 +912,8 @@ async fn traces_are_recorded_against_a_message_and_found_by_message_and_by_name(
         assert!(answer["traceId"].is_string());
     }
     let mine = get_ok(&b, &format!("/api/v1/traces/{pid}/m1")).await;
-    let steps: Vec<_> = mine["traces"].as_array().unwrap().iter().map(|t| t["data"]["step"].clone()).collect();
+    let steps: Vec<_> =
+        mine["traces"].as_array().unwrap().iter().map(|t| t["data"]["step"].clone()).collect();
     assert_eq!(steps, [json!(1), json!(2)], "oldest first: {mine}");
     assert_eq!(mine["traces"][1]["trace_names"], json!(["audit", "checkout"]));
 
@@ -915,13 +926,13 @@ async fn traces_are_recorded_against_a_message_and_found_by_message_and_by_name(
 
     let names = get_ok(&b, "/api/v1/traces/names").await;
     assert_eq!(names["total"], 2, "{names}");
-    let checkout = names["trace_names"].as_array().unwrap().iter().find(|n| n["trace_name"] == "checkout").unwrap();
+    let checkout =
+        names["trace_names"].as_array().unwrap().iter().find(|n| n["trace_name"] == "checkout").unwrap();
     assert_eq!((checkout["trace_count"].as_i64(), checkout["message_count"].as_i64()), (Some(2), Some(1)));
 
     // Refusals: no message, no data, a bad id; nothing is written.
-    let (code, body) = b
-        .post("/api/v1/traces", &json!({"transactionId": "nope", "partitionId": pid, "data": {}}))
-        .await;
+    let (code, body) =
+        b.post("/api/v1/traces", &json!({"transactionId": "nope", "partitionId": pid, "data": {}})).await;
     assert_eq!((code, body["code"].as_str()), (404, Some("not_found")), "{body}");
     let (code, body) = b.post("/api/v1/traces", &json!({"transactionId": "m1", "partitionId": pid})).await;
     assert_eq!((code, body["field"].as_str()), (400, Some("data")), "{body}");
@@ -949,12 +960,16 @@ async fn status_queue_detail_analytics_and_process_metrics() {
     let a = get_ok(&b, "/api/v1/status/analytics?interval=minute&queue=s").await;
     assert_eq!(a["interval"], "minute");
     assert_eq!(a["totals"]["pushed"], 3, "{a}");
-    assert_eq!(a["buckets"].as_array().unwrap().iter().map(|x| x["pushed"].as_i64().unwrap()).sum::<i64>(), 3);
+    assert_eq!(
+        a["buckets"].as_array().unwrap().iter().map(|x| x["pushed"].as_i64().unwrap()).sum::<i64>(),
+        3
+    );
     let (code, body) = b.get("/api/v1/status/analytics?interval=week").await;
     assert_eq!((code, body["field"].as_str()), (400, Some("interval")), "{body}");
     let (code, body) = b.get("/api/v1/status/analytics?from=yesterday-ish").await;
     assert_eq!((code, body["field"].as_str()), (400, Some("from")), "{body}");
-    let future = get_ok(&b, "/api/v1/status/analytics?from=2999-01-01T00:00:00Z&to=2999-01-02T00:00:00Z").await;
+    let future =
+        get_ok(&b, "/api/v1/status/analytics?from=2999-01-01T00:00:00Z&to=2999-01-02T00:00:00Z").await;
     assert_eq!(future["totals"]["pushed"], 0);
 
     let sys = get_ok(&b, "/api/v1/analytics/system-metrics").await;

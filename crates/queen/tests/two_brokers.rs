@@ -151,3 +151,210 @@ async fn sigterm_answers_waiting_long_polls_and_exits_0() {
     assert!(exit.success(), "queen serve exited with {exit}");
     assert!(sent.elapsed() < Duration::from_secs(10));
 }
+
+// ------------------------------------------------------------ round robin over two broker processes
+
+/// POSTs one KV op to `api`; answers its result element (asserting 200).
+async fn kv_one(api: &Api, op: Value) -> Value {
+    let (status, body) = api.post("/api/v1/kv", &json!({ "operations": [op] })).await;
+    assert_eq!(status, 200, "no 4xx or 5xx under a race: {body}");
+    body["results"][0].clone()
+}
+
+/// Runs `n` racing calls of `op(i)`, call `i` through broker `i % 2` (round
+/// robin), all released at once; answers (i, result) in call order.
+async fn race_round_robin(brokers: [Api; 2], n: usize, op: fn(usize) -> Value) -> Vec<(usize, Value)> {
+    let barrier = Arc::new(tokio::sync::Barrier::new(n));
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        let (api, barrier) = (brokers[i % 2].clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            (i, kv_one(&api, op(i)).await)
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_put_if_absent_round_robin_over_two_brokers_has_one_winner_seen_by_every_loser() {
+    let db = TestDb::create().await;
+    let a = BrokerProcess::spawn(&db.name).await;
+    let b = BrokerProcess::spawn(&db.name).await;
+    let results = race_round_robin(
+        [a.api.clone(), b.api.clone()],
+        32,
+        |i| json!({"op": "putIfAbsent", "ns": "race", "key": "once", "value": {"by": i}, "ttlSeconds": 600}),
+    )
+    .await;
+    let winners: Vec<&(usize, Value)> = results.iter().filter(|(_, r)| r["applied"] == json!(true)).collect();
+    assert_eq!(winners.len(), 1, "exactly one putIfAbsent applies across both brokers: {results:?}");
+    let (who, w) = winners[0];
+    assert_eq!(w["value"], json!({"by": who}));
+    let mut losers_per_broker = [0usize; 2];
+    for (i, r) in results.iter().filter(|(_, r)| r["applied"] != json!(true)) {
+        assert_eq!(r["applied"], json!(false), "{r}");
+        assert_eq!(r["reason"], "exists", "{r}");
+        assert_eq!(r["value"], w["value"], "every loser sees the winner's value");
+        assert_eq!(r["version"], w["version"], "and the winner's version");
+        losers_per_broker[i % 2] += 1;
+    }
+    assert_eq!(losers_per_broker.iter().sum::<usize>(), 31);
+    assert!(losers_per_broker.iter().all(|n| *n >= 15), "losers on both brokers: {losers_per_broker:?}");
+    for api in [&a.api, &b.api] {
+        let r = kv_one(api, json!({"op": "get", "ns": "race", "key": "once"})).await;
+        assert_eq!(
+            (&r["value"], &r["version"]),
+            (&w["value"], &w["version"]),
+            "both brokers read the winner"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_incr_with_max_50_round_robin_over_two_brokers_admits_exactly_50() {
+    let db = TestDb::create().await;
+    let a = BrokerProcess::spawn(&db.name).await;
+    let b = BrokerProcess::spawn(&db.name).await;
+    let results = race_round_robin(
+        [a.api.clone(), b.api.clone()],
+        160,
+        |_| json!({"op": "incr", "ns": "race", "key": "quota", "delta": 1, "max": 50, "ttlSeconds": 3600}),
+    )
+    .await;
+    let mut admitted = Vec::new();
+    let mut admitted_per_broker = [0usize; 2];
+    for (i, r) in &results {
+        if r["applied"] == json!(true) {
+            admitted.push(r["value"].as_i64().unwrap());
+            admitted_per_broker[i % 2] += 1;
+        } else {
+            assert_eq!(r["reason"], "limit", "{r}");
+            assert_eq!(r["value"], json!(50), "a refused incr answers the current number");
+        }
+    }
+    admitted.sort();
+    assert_eq!(admitted, (1..=50).collect::<Vec<i64>>(), "exactly 50 admitted, each saw a distinct count");
+    assert!(
+        admitted_per_broker.iter().all(|n| *n > 0),
+        "both brokers admitted some: {admitted_per_broker:?}"
+    );
+    for api in [&a.api, &b.api] {
+        assert_eq!(kv_one(api, json!({"op": "get", "ns": "race", "key": "quota"})).await["value"], json!(50));
+    }
+}
+
+/// (markers without their ack, acks without their marker) over `groups`.
+async fn once_ack_violations(sql: &tokio_postgres::Client, groups: &[&str]) -> (i64, i64) {
+    let groups: Vec<&str> = groups.to_vec();
+    let row = sql
+        .query_one(
+            "WITH acked AS (
+               SELECT c.consumer_group || ':' || m.transaction_id AS key FROM queen.messages m
+                 JOIN queen.cursors c ON c.partition_id = m.partition_id AND c.consumer_group = ANY($1)
+                WHERE m.seq < c.next_seq)
+             SELECT (SELECT count(*) FROM queen.kv k WHERE k.ns = 'once'
+                       AND NOT EXISTS (SELECT 1 FROM acked a WHERE a.key = k.key)),
+                    (SELECT count(*) FROM acked a
+                      WHERE NOT EXISTS (SELECT 1 FROM queen.kv k WHERE k.ns = 'once' AND k.key = a.key))",
+            &[&groups],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn once_and_ack_bundles_round_robin_over_two_brokers_commit_each_message_once_per_group() {
+    const GROUPS: [&str; 2] = ["billing", "audit"];
+    const MESSAGES: usize = 120;
+    let db = TestDb::create().await;
+    let a = BrokerProcess::spawn(&db.name).await;
+    let b = BrokerProcess::spawn(&db.name).await;
+    let items: Vec<Value> = (0..MESSAGES)
+        .map(|i| json!({"queue": "rr", "partition": format!("p{}", i % 4), "transactionId": format!("m{i}"), "payload": i}))
+        .collect();
+    for chunk in items.chunks(40) {
+        a.push_items(json!(chunk)).await;
+    }
+    let brokers = [a.api.clone(), b.api.clone()];
+    let committed = Arc::new(Mutex::new(Vec::<String>::new()));
+    let replays_refused = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    for group in GROUPS {
+        for w in 0..3usize {
+            let (brokers, committed, replays_refused) =
+                (brokers.clone(), committed.clone(), replays_refused.clone());
+            workers.push(tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                let mut turn = w;
+                let mut idle = 0;
+                while idle < 20 {
+                    assert!(Instant::now() < deadline, "the workers did not drain the queue");
+                    // Round robin: pop through one broker, commit through the other,
+                    // then replay the same bundle through the first (a client retry
+                    // that a load balancer sends elsewhere).
+                    let (popper, committer) = (&brokers[turn % 2], &brokers[(turn + 1) % 2]);
+                    turn += 1;
+                    let (status, popped) = popper.pop("rr", &format!("batch=1&leaseSeconds=30&consumerGroup={group}")).await;
+                    if status == 204 {
+                        idle += 1;
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    idle = 0;
+                    assert_eq!(status, 200, "{popped}");
+                    let m = &popped["messages"][0];
+                    let tx = m["transactionId"].as_str().unwrap();
+                    let bundle = json!({
+                        "operations": [{"type": "ack", "transactionId": tx, "partitionId": m["partitionId"],
+                                        "leaseId": m["leaseId"], "status": "completed", "consumerGroup": group}],
+                        "requiredLeases": [m["leaseId"]],
+                        "kv": [{"op": "putIfAbsent", "ns": "once", "key": format!("{group}:{tx}"),
+                                "value": {"by": group}, "ttlSeconds": 3600, "required": true}],
+                    });
+                    let (status, answer) = committer.post("/api/v1/transaction", &bundle).await;
+                    assert_eq!(status, 200, "{answer}");
+                    assert_eq!(answer["success"], json!(true), "a fresh bundle commits: {answer}");
+                    committed.lock().unwrap().push(format!("{group}:{tx}"));
+                    let (status, replay) = popper.post("/api/v1/transaction", &bundle).await;
+                    assert_eq!(status, 200, "{replay}");
+                    assert_eq!(replay["success"], json!(false), "a replayed bundle changes nothing: {replay}");
+                    replays_refused.fetch_add(1, Ordering::SeqCst);
+                }
+            }));
+        }
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    let mut committed = committed.lock().unwrap().clone();
+    committed.sort();
+    let mut want: Vec<String> =
+        GROUPS.iter().flat_map(|g| (0..MESSAGES).map(move |i| format!("{g}:m{i}"))).collect();
+    want.sort();
+    assert_eq!(committed, want, "each (group, message) committed exactly once across both brokers");
+    assert_eq!(replays_refused.load(Ordering::SeqCst), want.len());
+    let (sql, conn) =
+        tokio_postgres::connect(&common::url_for(&db.name), tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(conn);
+    assert_eq!(once_ack_violations(&sql, &GROUPS).await, (0, 0), "marker and ack commit together");
+    let markers: i64 =
+        sql.query_one("SELECT count(*) FROM queen.kv WHERE ns = 'once'", &[]).await.unwrap().get(0);
+    assert_eq!(markers as usize, want.len());
+    let groups: Vec<&str> = GROUPS.to_vec();
+    let backlog: i64 = sql
+        .query_one(
+            "SELECT coalesce(sum(p.next_seq - c.next_seq), 0)::bigint FROM queen.partitions p
+               JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = ANY($1)",
+            &[&groups],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(backlog, 0, "both groups' cursors are at the end");
+}

@@ -72,6 +72,12 @@ END $$;
 -- on cursor rows, so concurrent pops never wait on each other), delivers at
 -- most p_batch messages in total under one lease id, and either leases the
 -- lanes or (auto-ack) commits the cursor at delivery. NULL when empty.
+--
+-- Which lanes: a named partition is looked up by name. Otherwise the pop
+-- walks queen.ready_lanes of (queue, group) in fairness order (least
+-- recently delivered first, from an index) and stops as soon as it has its
+-- lanes, so its cost does not grow with the number of partitions. Ready rows
+-- of drained lanes are removed on the way (see queen.pop_lane).
 CREATE OR REPLACE FUNCTION queen.pop(
   p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)
@@ -79,18 +85,19 @@ RETURNS json
 LANGUAGE plpgsql AS $$
 DECLARE
   q queen.queues;
-  lane record;
   v_group text := coalesce(nullif(p_group, ''), '__QUEUE_MODE__');
   v_lease uuid := CASE WHEN p_auto_ack THEN NULL ELSE queen.uuid_v7() END;
   v_lease_secs integer;
   v_left integer := p_batch;
   v_msgs json[] := '{}';
   v_batch json[];
-  v_count integer;
-  v_last bigint;
   v_claimed integer := 0;
   v_first_pid uuid;
   v_first_name text;
+  v_pid uuid;
+  v_name text;
+  v_leased boolean;
+  v_lanes refcursor;
 BEGIN
   IF p_batch IS NULL OR p_batch < 1 THEN
     PERFORM queen.bad_request('batch', 'must be a positive integer');
@@ -109,66 +116,45 @@ BEGIN
   END IF;
   v_lease_secs := coalesce(p_lease_seconds, q.lease_time);
 
-  FOR lane IN
-    SELECT c.partition_id, c.next_seq, p.name AS pname
-      FROM queen.cursors c
-      JOIN queen.partitions p ON p.id = c.partition_id
-     WHERE c.queue_id = q.id AND c.consumer_group = v_group
-       AND (p_partition IS NULL OR p.name = p_partition)
-       AND c.next_seq < p.next_seq
-       AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-       AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
-       AND (q.delayed_processing = 0 OR (
-             SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
-              ORDER BY m.seq LIMIT 1) <= now() - make_interval(secs => q.delayed_processing))
-     ORDER BY c.last_delivered_at NULLS FIRST, c.partition_id
-     LIMIT p_partitions
-     FOR UPDATE OF c SKIP LOCKED
-  LOOP
-    EXIT WHEN v_left <= 0;
-    SELECT array_agg(json_build_object(
-             'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id, 'data', m.payload,
-             'producerSub', NULL, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
-             'partition', lane.pname, 'queue', q.name, 'leaseId', coalesce(v_lease::text, ''),
-             'consumerGroup', v_group) ORDER BY m.seq),
-           count(*), max(m.seq)
-      INTO v_batch, v_count, v_last
-      FROM (SELECT * FROM queen.messages m
-             WHERE m.partition_id = lane.partition_id AND m.seq >= lane.next_seq
-               AND (q.delayed_processing = 0
-                    OR m.created_at <= now() - make_interval(secs => q.delayed_processing))
-             ORDER BY m.seq
-             LIMIT v_left) m;
-    IF v_count = 0 THEN
-      -- Nothing left at or after the cursor (deleted messages leave holes):
-      -- move the cursor to the lane's end so the lane stops being claimed.
-      IF NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = lane.partition_id AND m.seq >= lane.next_seq) THEN
-        UPDATE queen.cursors c SET next_seq = p.next_seq, lease_id = NULL, lease_expires_at = NULL, batch_end = NULL
-          FROM queen.partitions p
-         WHERE p.id = c.partition_id AND c.partition_id = lane.partition_id AND c.consumer_group = v_group;
+  IF p_partition IS NOT NULL THEN
+    SELECT p.id INTO v_pid FROM queen.partitions p WHERE p.queue_id = q.id AND p.name = p_partition;
+    IF v_pid IS NULL THEN
+      RETURN NULL;
+    END IF;
+    v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack);
+    IF v_batch IS NOT NULL THEN
+      v_msgs := v_batch;
+      v_claimed := 1;
+      v_first_pid := v_pid;
+      v_first_name := p_partition;
+    END IF;
+  ELSE
+    -- An explicit cursor gets a fast-start plan: the ordered index walk.
+    OPEN v_lanes NO SCROLL FOR
+      SELECT r.partition_id, c.lease_expires_at > now()
+        FROM queen.ready_lanes r
+        LEFT JOIN queen.cursors c ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
+       WHERE r.queue_id = q.id AND r.consumer_group = v_group
+       ORDER BY r.queue_id, r.consumer_group, r.delivered_at NULLS FIRST, r.partition_id;
+    LOOP
+      FETCH v_lanes INTO v_pid, v_leased;
+      EXIT WHEN NOT FOUND;
+      -- A live lease (as of the walk's snapshot) cannot be claimed: skip it
+      -- without a statement. queen.pop_lane re-checks under the row lock.
+      CONTINUE WHEN v_leased;
+      v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack);
+      CONTINUE WHEN v_batch IS NULL;
+      v_msgs := v_msgs || v_batch;
+      v_left := v_left - array_length(v_batch, 1);
+      v_claimed := v_claimed + 1;
+      IF v_first_pid IS NULL THEN
+        v_first_pid := v_pid;
+        v_first_name := v_batch[1] ->> 'partition';
       END IF;
-      CONTINUE;
-    END IF;
-
-    IF p_auto_ack THEN
-      UPDATE queen.cursors SET next_seq = v_last + 1, last_delivered_at = now(),
-             lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0
-       WHERE partition_id = lane.partition_id AND consumer_group = v_group;
-    ELSE
-      UPDATE queen.cursors SET lease_id = v_lease,
-             lease_expires_at = now() + make_interval(secs => v_lease_secs),
-             batch_end = v_last + 1, last_delivered_at = now()
-       WHERE partition_id = lane.partition_id AND consumer_group = v_group;
-    END IF;
-
-    v_msgs := v_msgs || v_batch;
-    v_left := v_left - v_count;
-    v_claimed := v_claimed + 1;
-    IF v_first_pid IS NULL THEN
-      v_first_pid := lane.partition_id;
-      v_first_name := lane.pname;
-    END IF;
-  END LOOP;
+      EXIT WHEN v_claimed >= p_partitions OR v_left <= 0;
+    END LOOP;
+    CLOSE v_lanes;
+  END IF;
 
   IF v_claimed = 0 THEN
     RETURN NULL;
@@ -176,6 +162,90 @@ BEGIN
   RETURN json_build_object('success', true, 'queue', q.name, 'partition', v_first_name,
     'partitionId', v_first_pid, 'leaseId', coalesce(v_lease::text, ''), 'consumerGroup', v_group,
     'messages', array_to_json(v_msgs), 'partitionsClaimed', v_claimed);
+END $$;
+
+-- One lane of a pop: claims the cursor (FOR UPDATE SKIP LOCKED, free lease,
+-- window buffer and delay respected), reads up to p_max messages in offset
+-- order, and leases or commits them. NULL when the lane gives nothing.
+--
+-- A drained lane (cursor at the lane's end) loses its ready row here, but
+-- only while this call holds the cursor row lock and a share lock on the
+-- partition row (taken with SKIP LOCKED, so a push in flight, which holds
+-- the partition FOR NO KEY UPDATE until commit, keeps the row): then no
+-- push or seek can have given the lane a backlog that this call cannot see,
+-- and any later one adds the row again through its trigger.
+CREATE OR REPLACE FUNCTION queen.pop_lane(
+  q queen.queues, p_pid uuid, p_group text, p_max integer, p_lease uuid, p_lease_secs integer,
+  p_auto_ack boolean)
+RETURNS json[]
+LANGUAGE plpgsql AS $$
+DECLARE
+  lane record;
+  v_batch json[];
+  v_count integer;
+  v_last bigint;
+  v_head bigint;
+BEGIN
+  SELECT c.next_seq, p.next_seq AS head, p.name AS pname
+    INTO lane
+    FROM queen.cursors c
+    JOIN queen.partitions p ON p.id = c.partition_id
+   WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+     AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+     AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
+     AND (q.delayed_processing = 0 OR coalesce((
+           SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+            ORDER BY m.seq LIMIT 1) <= now() - make_interval(secs => q.delayed_processing), true))
+     FOR UPDATE OF c SKIP LOCKED;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+
+  IF lane.next_seq >= lane.head THEN
+    SELECT p.next_seq INTO v_head FROM queen.partitions p WHERE p.id = p_pid FOR SHARE SKIP LOCKED;
+    IF v_head IS NOT NULL AND lane.next_seq >= v_head THEN
+      DELETE FROM queen.ready_lanes WHERE partition_id = p_pid AND consumer_group = p_group;
+    END IF;
+    RETURN NULL;
+  END IF;
+
+  SELECT array_agg(json_build_object(
+           'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id, 'data', m.payload,
+           'producerSub', NULL, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
+           'partition', lane.pname, 'queue', q.name, 'leaseId', coalesce(p_lease::text, ''),
+           'consumerGroup', p_group) ORDER BY m.seq),
+         count(*), max(m.seq)
+    INTO v_batch, v_count, v_last
+    FROM (SELECT * FROM queen.messages m
+           WHERE m.partition_id = p_pid AND m.seq >= lane.next_seq
+             AND (q.delayed_processing = 0
+                  OR m.created_at <= now() - make_interval(secs => q.delayed_processing))
+           ORDER BY m.seq
+           LIMIT p_max) m;
+  IF v_count = 0 THEN
+    -- Nothing left at or after the cursor (deleted messages leave holes):
+    -- move the cursor to the lane's end so the lane stops being claimed.
+    IF NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p_pid AND m.seq >= lane.next_seq) THEN
+      UPDATE queen.cursors c SET next_seq = p.next_seq, lease_id = NULL, lease_expires_at = NULL, batch_end = NULL
+        FROM queen.partitions p
+       WHERE p.id = c.partition_id AND c.partition_id = p_pid AND c.consumer_group = p_group;
+    END IF;
+    RETURN NULL;
+  END IF;
+
+  IF p_auto_ack THEN
+    UPDATE queen.cursors SET next_seq = v_last + 1, last_delivered_at = now(),
+           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0
+     WHERE partition_id = p_pid AND consumer_group = p_group;
+  ELSE
+    UPDATE queen.cursors SET lease_id = p_lease,
+           lease_expires_at = now() + make_interval(secs => p_lease_secs),
+           batch_end = v_last + 1, last_delivered_at = now()
+     WHERE partition_id = p_pid AND consumer_group = p_group;
+  END IF;
+  -- The lane goes to the back of the fairness order.
+  UPDATE queen.ready_lanes SET delivered_at = now() WHERE partition_id = p_pid AND consumer_group = p_group;
+  RETURN v_batch;
 END $$;
 
 -- POST /api/v1/lease/:leaseId/extend. Always an answer, never an error:

@@ -141,16 +141,21 @@ CREATE OR REPLACE FUNCTION queen.kv_get_prefix(
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
   -- One index range scan of at most limit + 1 rows; the running byte sum
-  -- decides where the page stops (at least one row when one exists).
-  WITH lim AS (SELECT least(greatest(coalesce(p_limit, 100), 1), 1000) AS n, queen.kv_prefix_end(p_prefix) AS stop),
+  -- decides where the page stops (at least one row when one exists). Both
+  -- bounds are plain comparisons so they are index conditions even in a
+  -- generic plan (an `p_after IS NULL OR ...` would turn the lower bound
+  -- into a filter and make a page cost grow with its distance from the
+  -- start of the prefix). No key (at most 512 bytes) reaches 129 U+10FFFF.
+  WITH lim AS (SELECT least(greatest(coalesce(p_limit, 100), 1), 1000) AS n),
   scan AS (
     SELECT k, row_number() OVER (ORDER BY k.key) AS rn,
            sum(CASE WHEN p_keys_only THEN octet_length(k.key) ELSE octet_length(k.value::text) END)
              OVER (ORDER BY k.key) AS bytes
-      FROM queen.kv k, lim
+      FROM queen.kv k
      WHERE k.ns = p_ns
-       AND k.key >= p_prefix AND (lim.stop IS NULL OR k.key < lim.stop)
-       AND (p_after IS NULL OR k.key > p_after)
+       AND k.key >= p_prefix
+       AND k.key > coalesce(p_after, '')
+       AND k.key < coalesce(queen.kv_prefix_end(p_prefix), repeat(chr(1114111), 129))
        AND (k.expires_at IS NULL OR k.expires_at > now())
      ORDER BY k.key
      LIMIT (SELECT n + 1 FROM lim)

@@ -502,6 +502,99 @@ impl BrokerProcess {
     }
 }
 
+/// How to start a real `queen serve` process with [`BrokerProcess::spawn_with`]:
+/// any database URL, a fixed port (so a restarted broker keeps its address),
+/// extra environment, and optionally its stdout and stderr captured in a file.
+pub struct ServeSpec {
+    pub url: String,
+    pub port: u16,
+    /// Applied after the defaults of [`BrokerProcess::spawn`], so they win.
+    pub env: Vec<(String, String)>,
+    /// stdout and stderr are appended to this file (else discarded).
+    pub log: Option<std::path::PathBuf>,
+}
+
+impl ServeSpec {
+    /// A broker on test database `db`, on a free port.
+    pub fn for_db(db: &str) -> Self {
+        ServeSpec { url: url_for(db), port: free_port(), env: Vec::new(), log: None }
+    }
+
+    /// Adds one environment variable.
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// Waits until GET /health answers 200, up to `limit`.
+pub async fn wait_healthy(api: &Api, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Ok(resp) = api.http.get(api.url("/health")).timeout(Duration::from_secs(2)).send().await {
+            if resp.status().as_u16() == 200 {
+                return;
+            }
+        }
+        assert!(Instant::now() < deadline, "{} did not become healthy within {limit:?}", api.base);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+impl BrokerProcess {
+    /// Starts `queen serve` as `spec` says and waits until GET /health answers 200.
+    pub async fn spawn_with(spec: &ServeSpec) -> Self {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_queen"));
+        cmd.arg("serve")
+            .env("QUEEN_DATABASE_URL", &spec.url)
+            .env("PORT", spec.port.to_string())
+            .env("HOST", "127.0.0.1")
+            .env("DB_POOL_SIZE", "8")
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null());
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        match &spec.log {
+            Some(path) => {
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .expect("open the log file");
+                cmd.stdout(file.try_clone().expect("dup the log file")).stderr(file);
+            }
+            None => {
+                cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+            }
+        }
+        let child = cmd.spawn().expect("spawn queen serve");
+        let mut p = BrokerProcess { child, api: Api::new(format!("http://127.0.0.1:{}", spec.port)) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(resp) =
+                p.api.http.get(p.api.url("/health")).timeout(Duration::from_secs(2)).send().await
+            {
+                if resp.status().as_u16() == 200 {
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("queen serve exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "queen serve did not become healthy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        p
+    }
+
+    /// SIGKILL (no shutdown of any kind) and reap the process.
+    pub fn kill9(&mut self) -> std::process::ExitStatus {
+        let _ = self.child.kill();
+        self.child.wait().expect("wait for the killed broker")
+    }
+}
+
 impl Deref for BrokerProcess {
     type Target = Api;
     fn deref(&self) -> &Api {

@@ -1,5 +1,0 @@
--- KV getPrefix, a 100-row page in a namespace of 1m keys: the SQL twin of
--- POST /api/v1/kv {operations:[{op:getPrefix, limit:100}]}.
-\set s random(0, 899)
-SELECT queen.kv_batch(('{"operations":[{"op":"getPrefix","ns":"p1m","prefix":"k:","after":"k:' || lpad(:s::text, 7, '0') || '","limit":100}]}')::json,
-                      '{"maxReadBytes":4194304}'::jsonb);

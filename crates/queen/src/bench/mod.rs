@@ -1,0 +1,567 @@
+//! `queen bench`: our HTTP throughput and latency beside pgbench calling the
+//! same SQL function on the same machine in the same run, as a ratio. The
+//! machine is noisy, so only ratios taken in one run mean anything.
+//!
+//! The bench creates its own database, starts `queen serve` (this binary) on
+//! it as a child process, and drives it with N concurrent HTTP clients; then
+//! it runs `pgbench -c N` with the script(s) of `bench/pgbench/` for the same
+//! workload. `--scaling` adds the runs that show how cost grows with the
+//! size of the data (namespace, partitions, consumer groups, value size).
+//! Results go to `bench/results/<unix time>/` as JSON, markdown and PNG.
+
+mod report;
+mod workload;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use hdrhistogram::Histogram;
+use tokio_postgres::NoTls;
+
+use report::{Point, Report};
+use workload::{Outcome, Rng, Workload};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// An admin URL of the PostgreSQL to bench on; the bench creates (and drops) its own database.
+    #[arg(
+        long,
+        env = "QUEEN_BENCH_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/postgres"
+    )]
+    database_url: String,
+    /// Workloads of the concurrency sweep, comma separated: push-1, push-10, push-100, pop-ack,
+    /// pop-any, fanout, once-ack, kv-get, kv-put, kv-put-if-absent, kv-incr, kv-prefix, mixed;
+    /// `none` for no sweep.
+    #[arg(
+        long,
+        default_value = "push-1,push-10,push-100,pop-ack,fanout,once-ack,kv-get,kv-put,kv-put-if-absent,kv-incr,kv-prefix,mixed"
+    )]
+    workloads: String,
+    /// Concurrent clients of the sweep, comma separated.
+    #[arg(long, default_value = "1,16,64,256")]
+    clients: String,
+    /// Also run the scaling series (see --scaling-series).
+    #[arg(long)]
+    scaling: bool,
+    /// Scaling series, comma separated: prefix (getPrefix page vs namespace size), pop (pop vs
+    /// partitions), push-groups (push vs consumer groups), kv-value (KV vs value size).
+    #[arg(long, default_value = "prefix,pop,push-groups,kv-value")]
+    scaling_series: String,
+    /// Concurrent clients of each scaling point, comma separated.
+    #[arg(long, default_value = "1,16")]
+    scaling_clients: String,
+    /// Seconds per measurement (each side of each point).
+    #[arg(long, default_value_t = 5)]
+    seconds: u64,
+    /// Directory of the pgbench scripts.
+    #[arg(long, default_value = "bench/pgbench")]
+    scripts: PathBuf,
+    /// Where to write the results (a directory per run).
+    #[arg(long, default_value = "bench/results")]
+    out: PathBuf,
+    /// Broker pool size.
+    #[arg(long, default_value_t = 16)]
+    pool_size: usize,
+}
+
+/// One scaling series: the workloads in size order and what the size is.
+struct Series {
+    key: &'static str,
+    title: &'static str,
+    unit: &'static str,
+    /// Cost is read from latency (p50) or from throughput.
+    latency: bool,
+    points: Vec<(Workload, u32)>,
+}
+
+fn series(key: &str) -> anyhow::Result<Series> {
+    Ok(match key {
+        "prefix" => Series {
+            key: "prefix",
+            title: "getPrefix page (100 rows) vs namespace size",
+            unit: "keys in the namespace",
+            latency: true,
+            points: [1000, 100_000, 1_000_000].map(|k| (Workload::KvPrefix { keys: k }, k)).to_vec(),
+        },
+        "pop" => Series {
+            key: "pop",
+            title: "pop (any partition) + ack vs partitions of the queue",
+            unit: "partitions",
+            latency: true,
+            points: [10, 10_000, 100_000].map(|p| (Workload::PopAny { partitions: p }, p)).to_vec(),
+        },
+        "push-groups" => Series {
+            key: "push-groups",
+            title: "push-10 vs consumer groups of the queue",
+            unit: "consumer groups",
+            latency: false,
+            points: [1, 10].map(|g| (Workload::Push { batch: 10, groups: g }, g)).to_vec(),
+        },
+        "kv-value" => Series {
+            key: "kv-value",
+            title: "KV put / get vs value size",
+            unit: "value bytes, as JSON with its quotes",
+            latency: false,
+            points: [100, 4096, 65536]
+                .map(|s| (Workload::KvPut { size: s }, s))
+                .into_iter()
+                .chain([100, 4096, 65536].map(|s| (Workload::KvGet { size: s }, s)))
+                .collect(),
+        },
+        other => bail!("unknown scaling series {other} (prefix, pop, push-groups, kv-value)"),
+    })
+}
+
+struct Broker {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn db_url(admin: &str, db: &str) -> String {
+    match admin.rfind('/') {
+        Some(i) => format!("{}/{db}", &admin[..i]),
+        None => admin.to_owned(),
+    }
+}
+
+async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
+    let (client, conn) = tokio_postgres::connect(url, NoTls).await.context("connecting to PostgreSQL")?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+async fn admin_exec(url: &str, sql: &str) -> anyhow::Result<()> {
+    let client = connect(url).await?;
+    client.batch_execute(sql).await.map_err(|e| match e.as_db_error() {
+        Some(db) => anyhow::anyhow!("{}: {}", db.code().code(), db.message()),
+        None => anyhow::anyhow!(e),
+    })?;
+    Ok(())
+}
+
+/// What our side measured.
+struct Ours {
+    ops: f64,
+    hist: Histogram<u64>,
+    rss_peak: f64,
+    empty: u64,
+    errors: u64,
+}
+
+async fn run_ours(
+    w: Workload,
+    base: &str,
+    clients: usize,
+    seconds: u64,
+    pid: u32,
+    blob: Arc<String>,
+) -> anyhow::Result<Ours> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let empty = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (http, base, stop, done, empty, errors, blob) = (
+            http.clone(),
+            base.to_owned(),
+            stop.clone(),
+            done.clone(),
+            empty.clone(),
+            errors.clone(),
+            blob.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+            while !stop.load(Ordering::Relaxed) {
+                let op = w.pick(&mut rng);
+                let t = Instant::now();
+                let outcome = match op.http_op(&http, &base, c, &mut rng, &blob).await {
+                    Ok(o) => o,
+                    Err(e) => {
+                        tracing::warn!("{}: {e:#}", w.name());
+                        Outcome::Wrong
+                    }
+                };
+                match outcome {
+                    Outcome::Wrong => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        // An error loop must not spin: back off a little.
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                    Outcome::Empty => {
+                        empty.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Outcome::Done => {}
+                }
+                hist.saturating_record(t.elapsed().as_micros() as u64);
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(hist)
+        }));
+    }
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let mut rss_peak: f64 = 0.0;
+    while Instant::now() < deadline {
+        rss_peak = rss_peak.max(rss_mb(pid));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let elapsed = started.elapsed().as_secs_f64();
+    let ops = done.load(Ordering::Relaxed) as f64 / elapsed;
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for t in tasks {
+        hist.add(t.await??)?;
+    }
+    rss_peak = rss_peak.max(rss_mb(pid));
+    Ok(Ours {
+        ops,
+        hist,
+        rss_peak,
+        empty: empty.load(Ordering::Relaxed),
+        errors: errors.load(Ordering::Relaxed),
+    })
+}
+
+/// What pgbench measured: tps, average latency, and the p50/p99 of its
+/// per-transaction log.
+struct Pg {
+    tps: f64,
+    avg_ms: f64,
+    p50_ms: Option<f64>,
+    p99_ms: Option<f64>,
+}
+
+fn run_pgbench(
+    scripts: &[(PathBuf, u64)],
+    defines: &[(String, String)],
+    url: &str,
+    clients: usize,
+    seconds: u64,
+) -> anyhow::Result<Pg> {
+    let logs = std::env::temp_dir().join(format!("queen-bench-{}-{}", std::process::id(), clients));
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs)?;
+    let mut cmd = Command::new("pgbench");
+    cmd.args(["-n", "-M", "prepared", "-T", &seconds.to_string(), "-c", &clients.to_string()])
+        .args(["-j", &clients.clamp(1, 2).to_string(), "-l", "--log-prefix"])
+        .arg(logs.join("tx"));
+    for (k, v) in defines {
+        cmd.arg("-D").arg(format!("{k}={v}"));
+    }
+    for (script, weight) in scripts {
+        cmd.arg("-f").arg(format!("{}@{weight}", script.display()));
+    }
+    let out = cmd
+        .arg(url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .context("running pgbench (install postgresql-contrib or the PostgreSQL client)")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        bail!("pgbench failed: {}{}", text, String::from_utf8_lossy(&out.stderr));
+    }
+    let grab = |prefix: &str| {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.split_whitespace().find_map(|t| t.parse::<f64>().ok()))
+    };
+    let (Some(tps), Some(avg_ms)) = (grab("tps ="), grab("latency average =")) else {
+        bail!("cannot read pgbench's output: {text}");
+    };
+    // Log lines: client_id transaction_no latency_us script_no epoch us.
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    for entry in std::fs::read_dir(&logs)? {
+        let body = std::fs::read_to_string(entry?.path())?;
+        for line in body.lines() {
+            if let Some(us) = line.split_whitespace().nth(2).and_then(|t| t.parse::<u64>().ok()) {
+                hist.saturating_record(us);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&logs);
+    let q = |p: f64| (!hist.is_empty()).then(|| hist.value_at_quantile(p) as f64 / 1000.0);
+    Ok(Pg { tps, avg_ms, p50_ms: q(0.5), p99_ms: q(0.99) })
+}
+
+/// Connection slots pgbench may take: what the server allows, less the
+/// broker's pool, its LISTEN connection, our admin connection and headroom
+/// for other users of the same server.
+async fn pgbench_cap(db: &tokio_postgres::Client, pool_size: usize) -> anyhow::Result<(usize, usize)> {
+    let row = db
+        .query_one(
+            "SELECT current_setting('max_connections')::int, current_setting('superuser_reserved_connections')::int",
+            &[],
+        )
+        .await?;
+    let (max, reserved): (i32, i32) = (row.get(0), row.get(1));
+    let cap = (max - reserved).max(0) as usize;
+    Ok((max as usize, cap.saturating_sub(pool_size + 2 + 8).max(1)))
+}
+
+async fn free_slots(db: &tokio_postgres::Client) -> anyhow::Result<usize> {
+    let row = db
+        .query_one(
+            "SELECT current_setting('max_connections')::int - current_setting('superuser_reserved_connections')::int
+                    - (SELECT count(*)::int FROM pg_stat_activity WHERE backend_type = 'client backend')",
+            &[],
+        )
+        .await?;
+    Ok(row.get::<_, i32>(0).max(0) as usize)
+}
+
+struct Run<'a> {
+    args: &'a BenchArgs,
+    db: tokio_postgres::Client,
+    url: String,
+    base: String,
+    pid: u32,
+    cap: usize,
+}
+
+impl Run<'_> {
+    /// Both sides of one point, each on a freshly prepared database.
+    async fn measure(&self, w: Workload, clients: usize) -> anyhow::Result<Point> {
+        let size = match w {
+            Workload::KvGet { size } | Workload::KvPut { size } => size,
+            _ => 0,
+        };
+        let blob = Arc::new(workload::blob(size));
+        w.prepare(&self.db, clients, &blob).await?;
+        let ours = run_ours(w, &self.base, clients, self.args.seconds, self.pid, blob.clone()).await?;
+
+        w.prepare(&self.db, clients, &blob).await?;
+        let workload::Twin { files, defines } = w.twin(&blob);
+        let scripts: Vec<(PathBuf, u64)> =
+            files.iter().map(|(f, wt)| (self.args.scripts.join(f), *wt)).collect();
+        let pg_clients = clients.min(self.cap).min(free_slots(&self.db).await?.saturating_sub(2).max(1));
+        let mut pgbench_failed = false;
+        let pg = if scripts.iter().all(|(p, _)| p.exists()) {
+            match run_pgbench(&scripts, &defines, &self.url, pg_clients, self.args.seconds) {
+                Ok(pg) => Some(pg),
+                Err(e) => {
+                    // One failed twin must not cost the whole run: say so in the row.
+                    eprintln!("{} x{clients}: {e:#}", w.name());
+                    pgbench_failed = true;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let q = |p: f64| ours.hist.value_at_quantile(p) as f64 / 1000.0;
+        Ok(Point {
+            series: String::new(),
+            workload: w.name(),
+            kind: w.kind().into(),
+            size: None,
+            clients,
+            ours_ops: ours.ops,
+            ours_rows_per_s: ours.ops * f64::from(w.rows()),
+            ours_p50_ms: q(0.5),
+            ours_p99_ms: q(0.99),
+            ours_p999_ms: q(0.999),
+            ours_empty: ours.empty,
+            ours_errors: ours.errors,
+            pgbench_failed,
+            pgbench_clients: pg.as_ref().map(|_| pg_clients),
+            pgbench_ops: pg.as_ref().map(|p| p.tps),
+            pgbench_avg_ms: pg.as_ref().map(|p| p.avg_ms),
+            pgbench_p50_ms: pg.as_ref().and_then(|p| p.p50_ms),
+            pgbench_p99_ms: pg.as_ref().and_then(|p| p.p99_ms),
+            ratio: pg.as_ref().map(|p| ours.ops / p.tps),
+            rows_per_op: w.rows(),
+            broker_rss_peak_mb: ours.rss_peak,
+        })
+    }
+}
+
+/// A bar on stderr (drawn only on a terminal) over the points of the run;
+/// each point takes two measurements of `seconds` plus its preparation.
+fn progress(points: usize, seconds: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(points as u64);
+    let style = indicatif::ProgressStyle::with_template(&format!(
+        "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} points (~{}s each, eta {{eta}}) {{msg}}",
+        2 * seconds
+    ))
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    bar.set_style(style.progress_chars("=> "));
+    bar.enable_steady_tick(Duration::from_millis(500));
+    bar
+}
+
+fn list(s: &str, what: &str) -> anyhow::Result<Vec<usize>> {
+    s.split(',').map(|c| c.trim().parse()).collect::<Result<_, _>>().with_context(|| what.to_owned())
+}
+
+async fn start_broker(url: &str, pool_size: usize) -> anyhow::Result<Broker> {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let exe = std::env::current_exe()?;
+    let child = Command::new(exe)
+        .arg("serve")
+        .env("QUEEN_DATABASE_URL", url)
+        .env("PORT", port.to_string())
+        .env("HOST", "127.0.0.1")
+        .env("DB_POOL_SIZE", pool_size.to_string())
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .context("starting queen serve")?;
+    let broker = Broker { child, base: format!("http://127.0.0.1:{port}") };
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http.get(format!("{}/health", broker.base)).send().await.map(|r| r.status() != 200).unwrap_or(true)
+    {
+        if Instant::now() > deadline {
+            bail!("the broker did not become healthy");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(broker)
+}
+
+pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let mut workloads = Vec::new();
+    for w in args.workloads.split(',').filter(|s| !s.trim().is_empty()) {
+        workloads.extend(Workload::parse(w.trim())?);
+    }
+    let clients = list(&args.clients, "--clients")?;
+    let scaling_clients = list(&args.scaling_clients, "--scaling-clients")?;
+    let all_series: Vec<Series> = if args.scaling {
+        args.scaling_series.split(',').map(|s| series(s.trim())).collect::<Result<_, _>>()?
+    } else {
+        vec![]
+    };
+
+    let dbname = format!("queen_bench_{}", std::process::id());
+    let url = db_url(&args.database_url, &dbname);
+    admin_exec(&args.database_url, &format!("DROP DATABASE IF EXISTS {dbname}")).await?;
+    admin_exec(&args.database_url, &format!("CREATE DATABASE {dbname}")).await?;
+    let result = run_all(&args, &url, &workloads, &clients, &all_series, &scaling_clients).await;
+    admin_exec(&args.database_url, &format!("DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")).await?;
+    result
+}
+
+async fn run_all(
+    args: &BenchArgs,
+    url: &str,
+    workloads: &[Workload],
+    clients: &[usize],
+    all_series: &[Series],
+    scaling_clients: &[usize],
+) -> anyhow::Result<()> {
+    let broker = start_broker(url, args.pool_size).await?;
+    let db = connect(url).await?;
+    let (max_connections, cap) = pgbench_cap(&db, args.pool_size).await?;
+    let settings = db
+        .query_one(
+            "SELECT version(), current_setting('synchronous_commit'), current_setting('shared_buffers')",
+            &[],
+        )
+        .await?;
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
+    let mut report = Report::new(
+        stamp,
+        args.out.join(stamp.to_string()),
+        serde_json::json!({
+            "seconds": args.seconds,
+            "broker_pool_size": args.pool_size,
+            "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+            "postgres": settings.get::<_, String>(0),
+            "synchronous_commit": settings.get::<_, String>(1),
+            "shared_buffers": settings.get::<_, String>(2),
+            "max_connections": max_connections,
+            "pgbench_client_cap": cap,
+        }),
+    );
+    let run = Run { args, db, url: url.to_owned(), base: broker.base.clone(), pid: broker.child.id(), cap };
+    println!(
+        "pgbench runs at most {cap} clients (max_connections {max_connections}, less the broker's pool and headroom); \
+         a row past that compares at capped concurrency.\n"
+    );
+
+    let sweep_clients = |w: Workload| -> Vec<usize> {
+        if matches!(w, Workload::KvPrefix { .. }) {
+            vec![1]
+        } else {
+            clients.to_vec()
+        }
+    };
+    let total: usize = workloads.iter().map(|&w| sweep_clients(w).len()).sum::<usize>()
+        + all_series.iter().map(|s| s.points.len() * scaling_clients.len()).sum::<usize>();
+    let bar = progress(total, args.seconds);
+
+    if !workloads.is_empty() {
+        bar.suspend(|| println!("{}", report::SWEEP_HEADER));
+    }
+    for &w in workloads {
+        for c in sweep_clients(w) {
+            bar.set_message(format!("{} x{c}", w.name()));
+            let mut p = run.measure(w, c).await?;
+            p.series = "sweep".into();
+            bar.suspend(|| println!("{}", report::sweep_row(&p)));
+            bar.inc(1);
+            report.points.push(p);
+        }
+    }
+    for s in all_series {
+        bar.suspend(|| println!("\n{}\n\n{}", s.title, report::SCALING_HEADER));
+        for &(w, size) in &s.points {
+            for &c in scaling_clients {
+                bar.set_message(format!("{} {size} x{c}", w.name()));
+                let mut p = run.measure(w, c).await?;
+                p.series = s.key.into();
+                p.size = Some(size);
+                let row = report::scaling_row(&p, &report.points, s.latency);
+                bar.suspend(|| println!("{row}"));
+                bar.inc(1);
+                report.points.push(p);
+            }
+        }
+        report.series.push(report::SeriesInfo {
+            key: s.key.into(),
+            title: s.title.into(),
+            unit: s.unit.into(),
+            latency: s.latency,
+        });
+    }
+    bar.finish_and_clear();
+    drop(run);
+    drop(broker);
+    let dir = report.write()?;
+    println!("\nresults: {}", dir.display());
+    Ok(())
+}

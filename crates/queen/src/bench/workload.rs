@@ -1,0 +1,485 @@
+//! The workloads: what one op sends over HTTP, what the database must hold
+//! before it runs, and the pgbench script(s) of its SQL twin.
+
+use anyhow::{bail, Context};
+use serde_json::Value;
+
+/// One workload. Sizes are parameters so that the scaling runs reuse them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Workload {
+    /// `POST /api/v1/push` of `batch` items on the client's partition, on a
+    /// queue with `groups` registered consumer groups (that do not consume).
+    Push { batch: u32, groups: u32 },
+    /// Pop one message of the client's own partition, then ack it.
+    PopAck,
+    /// Pop one message from anywhere in a queue of `partitions` lanes (the
+    /// broker picks the lane), then ack it.
+    PopAny { partitions: u32 },
+    /// A consumer of group `client % groups` pops up to 10 messages from a
+    /// queue that every group reads in full, then acks them in one batch.
+    Fanout { groups: u32 },
+    /// Pop, then a transaction: ack + `putIfAbsent required`.
+    OnceAck,
+    /// KV get; `size` 0 is a number on 10,000 keys, otherwise a string of
+    /// `size` bytes on 1,000 keys.
+    KvGet { size: u32 },
+    /// KV put (upsert), sizes as for `KvGet`.
+    KvPut { size: u32 },
+    /// `putIfAbsent` of a new random key.
+    KvPutIfAbsent,
+    /// `incr` on 10,000 counters.
+    KvIncr,
+    /// A 100-row `getPrefix` page at a random start in a namespace of `keys`.
+    KvPrefix { keys: u32 },
+    /// 20% push-1, 20% pop-ack, 40% kv-get, 20% kv-put, drawn per op.
+    Mixed,
+}
+
+/// The pgbench side of a workload.
+pub struct Twin {
+    /// Scripts (file in the scripts directory, weight).
+    pub files: Vec<(&'static str, u64)>,
+    /// `-D name=value` variables.
+    pub defines: Vec<(String, String)>,
+}
+
+/// The `mixed` draw, out of 10, and the same weights for pgbench.
+const MIXED: [(Workload, u64); 4] = [
+    (Workload::Push { batch: 1, groups: 0 }, 2),
+    (Workload::PopAck, 2),
+    (Workload::KvGet { size: 0 }, 4),
+    (Workload::KvPut { size: 0 }, 2),
+];
+
+/// Queue of the consuming workloads' backlog.
+const POP_QUEUE: &str = "bench-pop";
+/// Messages per partition of the pop-ack backlog, per client.
+const POP_BACKLOG_PER_CLIENT: u32 = 3000;
+
+/// 1000 -> "1k", 1000000 -> "1m", 4096 -> "4k" (sizes in binary for bytes).
+pub fn short(n: u32) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}m", n / 1_000_000),
+        n if n >= 1024 && n % 1024 == 0 => format!("{}k", n / 1024),
+        n if n >= 1000 && n % 1000 == 0 => format!("{}k", n / 1000),
+        n => n.to_string(),
+    }
+}
+
+impl Workload {
+    /// The names of `--workloads`.
+    pub fn parse(s: &str) -> anyhow::Result<Vec<Self>> {
+        Ok(match s {
+            "none" => vec![],
+            "push-1" => vec![Workload::Push { batch: 1, groups: 0 }],
+            "push-10" => vec![Workload::Push { batch: 10, groups: 0 }],
+            "push-100" => vec![Workload::Push { batch: 100, groups: 0 }],
+            "pop-ack" => vec![Workload::PopAck],
+            "pop-any" => vec![Workload::PopAny { partitions: 1000 }],
+            "fanout" => vec![Workload::Fanout { groups: 10 }],
+            "once-ack" => vec![Workload::OnceAck],
+            "kv-get" => vec![Workload::KvGet { size: 0 }],
+            "kv-put" => vec![Workload::KvPut { size: 0 }],
+            "kv-put-if-absent" => vec![Workload::KvPutIfAbsent],
+            "kv-incr" => vec![Workload::KvIncr],
+            "kv-prefix" => vec![Workload::KvPrefix { keys: 1000 }, Workload::KvPrefix { keys: 1_000_000 }],
+            "mixed" => vec![Workload::Mixed],
+            other => bail!(
+                "unknown workload {other} (push-1, push-10, push-100, pop-ack, pop-any, fanout, once-ack, \
+                 kv-get, kv-put, kv-put-if-absent, kv-incr, kv-prefix, mixed, none)"
+            ),
+        })
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Workload::Push { batch, groups: 0 } => format!("push-{batch}"),
+            Workload::Push { batch, groups } => format!("push-{batch}, {groups} groups"),
+            Workload::PopAck => "pop-ack".into(),
+            Workload::PopAny { partitions } => format!("pop-any, {} partitions", short(partitions)),
+            Workload::Fanout { groups } => format!("fanout-{groups}"),
+            Workload::OnceAck => "once-ack".into(),
+            Workload::KvGet { size: 0 } => "kv-get".into(),
+            Workload::KvGet { size } => format!("kv-get, {} B", short(size)),
+            Workload::KvPut { size: 0 } => "kv-put".into(),
+            Workload::KvPut { size } => format!("kv-put, {} B", short(size)),
+            Workload::KvPutIfAbsent => "kv-put-if-absent".into(),
+            Workload::KvIncr => "kv-incr".into(),
+            Workload::KvPrefix { keys } => format!("kv-prefix-{}", short(keys)),
+            Workload::Mixed => "mixed".into(),
+        }
+    }
+
+    /// The workload without its size, to line up a scaling series.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Workload::Push { .. } => "push",
+            Workload::PopAck => "pop-ack",
+            Workload::PopAny { .. } => "pop-any",
+            Workload::Fanout { .. } => "fanout",
+            Workload::OnceAck => "once-ack",
+            Workload::KvGet { .. } => "kv-get",
+            Workload::KvPut { .. } => "kv-put",
+            Workload::KvPutIfAbsent => "kv-put-if-absent",
+            Workload::KvIncr => "kv-incr",
+            Workload::KvPrefix { .. } => "kv-prefix",
+            Workload::Mixed => "mixed",
+        }
+    }
+
+    /// Rows one op moves (messages pushed or delivered, KV rows read).
+    pub fn rows(self) -> u32 {
+        match self {
+            Workload::Push { batch, .. } => batch,
+            Workload::Fanout { .. } => 10,
+            Workload::KvPrefix { .. } => 100,
+            _ => 1,
+        }
+    }
+
+    /// Whether the op reads messages, so each side needs a fresh backlog.
+    fn consumes(self) -> bool {
+        matches!(
+            self,
+            Workload::PopAck
+                | Workload::PopAny { .. }
+                | Workload::Fanout { .. }
+                | Workload::OnceAck
+                | Workload::Mixed
+        )
+    }
+
+    /// The pgbench scripts (file, weight) of the SQL twin and their `-D`
+    /// variables. Every workload has one.
+    pub fn twin(self, blob: &str) -> Twin {
+        let file = match self {
+            Workload::Push { batch: 1, .. } => "push-1.sql",
+            Workload::Push { batch: 10, .. } => "push-10.sql",
+            Workload::Push { .. } => "push-100.sql",
+            Workload::PopAck => "pop-ack.sql",
+            Workload::PopAny { .. } => "pop-any.sql",
+            Workload::Fanout { .. } => "fanout.sql",
+            Workload::OnceAck => "once-ack.sql",
+            Workload::KvGet { size: 0 } => "kv-get.sql",
+            Workload::KvGet { .. } => "kv-get-value.sql",
+            Workload::KvPut { size: 0 } => "kv-put.sql",
+            Workload::KvPut { .. } => "kv-put-value.sql",
+            Workload::KvPutIfAbsent => "kv-put-if-absent.sql",
+            Workload::KvIncr => "kv-incr.sql",
+            Workload::KvPrefix { .. } => "kv-prefix.sql",
+            Workload::Mixed => {
+                let files = MIXED.iter().map(|&(w, weight)| (w.twin(blob).files[0].0, weight)).collect();
+                return Twin { files, defines: vec![] };
+            }
+        };
+        let defines = match self {
+            Workload::Fanout { groups } => vec![("groups".into(), groups.to_string())],
+            Workload::KvPut { size } if size > 0 => vec![("value".into(), blob.to_owned())],
+            Workload::KvPrefix { keys } => {
+                vec![("ns".into(), format!("p{}", short(keys))), ("n".into(), keys.to_string())]
+            }
+            _ => vec![],
+        };
+        Twin { files: vec![(file, 1)], defines }
+    }
+
+    /// Brings the database to the state the op expects. Queue tables are
+    /// emptied first for the workloads that consume, so both sides of a row
+    /// start from the same backlog; KV rows persist across points.
+    pub async fn prepare(
+        self,
+        db: &tokio_postgres::Client,
+        clients: usize,
+        blob: &str,
+    ) -> anyhow::Result<()> {
+        if self.consumes() || matches!(self, Workload::Push { .. }) {
+            exec(
+                db,
+                "TRUNCATE queen.messages, queen.cursors, queen.partitions, queen.queues, queen.ready_lanes,
+                          queen.consumer_groups, queen.dead_letters CASCADE",
+            )
+            .await?;
+        }
+        match self {
+            Workload::Push { groups, .. } => {
+                for g in 0..groups {
+                    let sql = format!("SELECT queen.register_group('bench', 'g{g}', NULL, NULL)");
+                    exec(db, &sql).await?;
+                }
+            }
+            Workload::PopAck | Workload::OnceAck | Workload::Mixed => {
+                // One partition per client, with a backlog for the run.
+                let per = POP_BACKLOG_PER_CLIENT.max(30_000 / clients.max(1) as u32);
+                backlog(db, POP_QUEUE, clients as u32, per).await?;
+            }
+            Workload::PopAny { partitions } => {
+                backlog(db, "bench-any", partitions, (40_000 / partitions).max(2)).await?;
+                exec(db, "SELECT queen.register_group('bench-any', '__QUEUE_MODE__', NULL, NULL)").await?;
+                exec(db, "ANALYZE queen.cursors; ANALYZE queen.ready_lanes").await?;
+            }
+            Workload::Fanout { groups } => {
+                backlog(db, "bench-fan", 64, 1000).await?;
+                for g in 0..groups {
+                    let sql = format!("SELECT queen.register_group('bench-fan', 'g{g}', NULL, NULL)");
+                    exec(db, &sql).await?;
+                }
+                exec(db, "ANALYZE queen.cursors; ANALYZE queen.ready_lanes").await?;
+            }
+            _ => {}
+        }
+        if matches!(
+            self,
+            Workload::Mixed | Workload::KvGet { size: 0 } | Workload::KvPut { size: 0 } | Workload::KvIncr
+        ) {
+            exec(
+                db,
+                "INSERT INTO queen.kv (ns, key, value, version)
+                 SELECT 'bench', 'k:' || i, to_jsonb(i), nextval('queen.kv_version_seq') FROM generate_series(1, 10000) i
+                 ON CONFLICT DO NOTHING",
+            )
+            .await?;
+        }
+        match self {
+            Workload::KvGet { size } | Workload::KvPut { size } if size > 0 => {
+                db.execute(
+                    "INSERT INTO queen.kv (ns, key, value, version)
+                     SELECT 'vs', 'k:' || i, to_jsonb($1::text), nextval('queen.kv_version_seq')
+                       FROM generate_series(1, 1000) i
+                     ON CONFLICT (ns, key) DO UPDATE SET value = excluded.value, version = excluded.version",
+                    &[&blob],
+                )
+                .await
+                .context("loading the KV values")?;
+            }
+            Workload::KvPrefix { keys } => {
+                let sql = format!(
+                    "DO $$ BEGIN
+                       IF NOT EXISTS (SELECT 1 FROM queen.kv WHERE ns = 'p{ns}' AND key = 'k:' || lpad('{keys}', 7, '0')) THEN
+                         INSERT INTO queen.kv (ns, key, value, version)
+                         SELECT 'p{ns}', 'k:' || lpad(i::text, 7, '0'), to_jsonb(i), nextval('queen.kv_version_seq')
+                           FROM generate_series(1, {keys}) i
+                         ON CONFLICT DO NOTHING;
+                         ANALYZE queen.kv;
+                       END IF;
+                     END $$",
+                    ns = short(keys)
+                );
+                exec(db, &sql).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The workload of the next op: itself, or the draw of `mixed`.
+    pub fn pick(self, rng: &mut Rng) -> Workload {
+        if self != Workload::Mixed {
+            return self;
+        }
+        let mut draw = rng.next() % 10;
+        for &(w, weight) in &MIXED {
+            if draw < weight {
+                return w;
+            }
+            draw -= weight;
+        }
+        MIXED[0].0
+    }
+
+    /// One HTTP op (`pick` it first for `mixed`).
+    pub async fn http_op(
+        self,
+        http: &reqwest::Client,
+        base: &str,
+        client_id: usize,
+        rng: &mut Rng,
+        blob: &str,
+    ) -> anyhow::Result<Outcome> {
+        let post = |path: &str, body: String| {
+            http.post(format!("{base}{path}")).header("content-type", "application/json").body(body).send()
+        };
+        let resp = match self {
+            Workload::Push { batch, .. } => {
+                let item = format!(r#"{{"queue":"bench","partition":"p{client_id}","payload":{{"n":1}}}}"#);
+                let items = vec![item; batch as usize].join(",");
+                post("/api/v1/push", format!(r#"{{"items":[{items}]}}"#)).await?
+            }
+            Workload::PopAck | Workload::OnceAck | Workload::PopAny { .. } | Workload::Fanout { .. } => {
+                let url = match self {
+                    Workload::PopAny { .. } => {
+                        format!("{base}/api/v1/pop/queue/bench-any?batch=1&wait=false")
+                    }
+                    Workload::Fanout { groups } => format!(
+                        "{base}/api/v1/pop/queue/bench-fan?batch=10&wait=false&consumerGroup=g{}",
+                        client_id % groups.max(1) as usize
+                    ),
+                    _ => format!(
+                        "{base}/api/v1/pop/queue/{POP_QUEUE}/partition/p{client_id}?batch=1&wait=false"
+                    ),
+                };
+                let popped = http.get(url).send().await?;
+                match popped.status().as_u16() {
+                    200 => {}
+                    204 => return Ok(Outcome::Empty),
+                    _ => return Ok(Outcome::Wrong),
+                }
+                let v: Value = popped.json().await?;
+                let acks: Vec<Value> = v["messages"]
+                    .as_array()
+                    .map(|ms| {
+                        ms.iter()
+                            .map(|m| {
+                                serde_json::json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                                   "leaseId": m["leaseId"], "status": "completed"})
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let Some(first) = acks.first() else { return Ok(Outcome::Wrong) };
+                match self {
+                    Workload::Fanout { .. } => {
+                        let body =
+                            serde_json::json!({"acknowledgments": acks, "consumerGroup": v["consumerGroup"]});
+                        post("/api/v1/ack/batch", body.to_string()).await?
+                    }
+                    Workload::OnceAck => {
+                        let m = &v["messages"][0];
+                        let mut op = first.clone();
+                        op["type"] = "ack".into();
+                        let bundle = serde_json::json!({
+                            "operations": [op],
+                            "requiredLeases": [m["leaseId"]],
+                            "kv": [{"op": "putIfAbsent", "ns": "once",
+                                    "key": format!("charge:{}", m["transactionId"].as_str().unwrap_or("")),
+                                    "value": true, "ttlSeconds": 86400, "required": true}]});
+                        post("/api/v1/transaction", bundle.to_string()).await?
+                    }
+                    _ => post("/api/v1/ack", first.to_string()).await?,
+                }
+            }
+            Workload::KvGet { size } => {
+                let k = rng.next() % if size == 0 { 10_000 } else { 1000 } + 1;
+                let ns = if size == 0 { "bench" } else { "vs" };
+                post("/api/v1/kv", format!(r#"{{"operations":[{{"op":"get","ns":"{ns}","key":"k:{k}"}}]}}"#))
+                    .await?
+            }
+            Workload::KvPut { size: 0 } => {
+                let k = rng.next() % 10_000 + 1;
+                post(
+                    "/api/v1/kv",
+                    format!(r#"{{"operations":[{{"op":"put","ns":"bench","key":"k:{k}","value":{k},"forever":true}}]}}"#),
+                )
+                .await?
+            }
+            Workload::KvPut { .. } => {
+                let k = rng.next() % 1000 + 1;
+                post(
+                    "/api/v1/kv",
+                    format!(r#"{{"operations":[{{"op":"put","ns":"vs","key":"k:{k}","value":"{blob}","forever":true}}]}}"#),
+                )
+                .await?
+            }
+            Workload::KvPutIfAbsent => {
+                let k = rng.next() % 9_000_000_000_000_000_000;
+                post(
+                    "/api/v1/kv",
+                    format!(r#"{{"operations":[{{"op":"putIfAbsent","ns":"bench","key":"n:{k}","value":1,"ttlSeconds":3600}}]}}"#),
+                )
+                .await?
+            }
+            Workload::KvIncr => {
+                let k = rng.next() % 10_000 + 1;
+                post(
+                    "/api/v1/kv",
+                    format!(r#"{{"operations":[{{"op":"incr","ns":"bench","key":"c:{k}","delta":1,"forever":true}}]}}"#),
+                )
+                .await?
+            }
+            Workload::KvPrefix { keys } => {
+                let start = rng.next() % u64::from(keys.saturating_sub(100).max(1));
+                let ns = short(keys);
+                post(
+                    "/api/v1/kv",
+                    format!(
+                        r#"{{"operations":[{{"op":"getPrefix","ns":"p{ns}","prefix":"k:","after":"k:{start:07}","limit":100}}]}}"#
+                    ),
+                )
+                .await?
+            }
+            Workload::Mixed => bail!("mixed is drawn by Workload::pick before the op"),
+        };
+        let ok = resp.status().is_success();
+        let body = resp.bytes().await?;
+        // A refused ack or bundle is a 200 with success false.
+        if !ok || (self.consumes() && refused(&body)) {
+            return Ok(Outcome::Wrong);
+        }
+        Ok(Outcome::Done)
+    }
+}
+
+/// An ack answer (an array) or a bundle answer (an object) that says
+/// `success: false` anywhere at its first level.
+fn refused(body: &[u8]) -> bool {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => items.iter().any(|i| i["success"] == Value::Bool(false)),
+        Ok(v) => v["success"] == Value::Bool(false),
+        Err(_) => true,
+    }
+}
+
+/// What one op came to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done as asked.
+    Done,
+    /// A pop found nothing (other consumers hold every free lane): still an
+    /// op, as it is for pgbench, but counted apart.
+    Empty,
+    /// A wrong answer (an error status, a refused ack): the run stops.
+    Wrong,
+}
+
+async fn exec(db: &tokio_postgres::Client, sql: &str) -> anyhow::Result<()> {
+    db.batch_execute(sql).await.map_err(|e| match e.as_db_error() {
+        Some(d) => anyhow::anyhow!("{}: {}", d.code().code(), d.message()),
+        None => anyhow::anyhow!(e),
+    })
+}
+
+/// A queue of `partitions` lanes named p0.., `per` messages each, written
+/// directly (the push path is not what is measured here).
+async fn backlog(db: &tokio_postgres::Client, queue: &str, partitions: u32, per: u32) -> anyhow::Result<()> {
+    let sql = format!(
+        "INSERT INTO queen.queues (name) VALUES ('{queue}');
+         INSERT INTO queen.partitions (queue_id, name, next_seq, last_push_at)
+         SELECT q.id, 'p' || i, {per}, now() FROM queen.queues q, generate_series(0, {partitions} - 1) i
+          WHERE q.name = '{queue}';
+         INSERT INTO queen.messages (partition_id, seq, id, transaction_id, payload)
+         SELECT p.id, s, queen.uuid_v7(), queen.uuid_v7()::text, json_build_object('n', s)
+           FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id, generate_series(0, {per} - 1) s
+          WHERE q.name = '{queue}';
+         ANALYZE queen.partitions; ANALYZE queen.messages;"
+    );
+    exec(db, &sql).await
+}
+
+/// A cheap per-task random number generator (xorshift).
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// A JSON string value of exactly `size` bytes with its quotes (so 64 KiB
+/// is the largest value the KV accepts), of random letters and digits: a
+/// value that neither JSON escaping nor TOAST compression makes cheaper.
+pub fn blob(size: u32) -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    (0..size.saturating_sub(2)).map(|_| CHARS[(rng.next() % CHARS.len() as u64) as usize] as char).collect()
+}
