@@ -22,6 +22,8 @@ pub enum ApiError {
     },
     /// The body is larger than the limit.
     TooLarge,
+    /// The body did not arrive within the read deadline.
+    BodyTimeout,
 }
 
 impl ApiError {
@@ -58,6 +60,13 @@ impl IntoResponse for ApiError {
                     "detail": "the request body is larger than the broker accepts",
                 });
                 json_response(StatusCode::PAYLOAD_TOO_LARGE, body.to_string())
+            }
+            ApiError::BodyTimeout => {
+                let body = serde_json::json!({
+                    "error": "request body not received in time", "code": "request_timeout",
+                    "detail": "the whole body must arrive within the broker's body read timeout",
+                });
+                json_response(StatusCode::REQUEST_TIMEOUT, body.to_string())
             }
             ApiError::Engine(EngineError::Rejected { status, body }) => {
                 json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), body)

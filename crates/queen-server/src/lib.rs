@@ -8,6 +8,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
 
+mod body_guard;
 mod error;
 mod extract;
 mod metrics;
@@ -32,11 +33,21 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Longest long poll a client may ask for.
     pub max_wait_ms: u64,
+    /// Time a client has to send a request's headers, and also how long an
+    /// idle keep-alive connection is kept; then the connection is closed.
+    pub header_read_timeout: std::time::Duration,
+    /// Time a client has to send a whole request body; then 408.
+    pub body_read_timeout: std::time::Duration,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { max_body_bytes: 32 * 1024 * 1024, max_wait_ms: 10 * 60 * 1000 }
+        ServerConfig {
+            max_body_bytes: 32 * 1024 * 1024,
+            max_wait_ms: 10 * 60 * 1000,
+            header_read_timeout: std::time::Duration::from_secs(60),
+            body_read_timeout: std::time::Duration::from_secs(60),
+        }
     }
 }
 
@@ -50,6 +61,7 @@ pub(crate) struct AppState {
 /// The whole API as an axum router, `/openapi.json` included.
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let limit = config.max_body_bytes;
+    let body_limits = body_guard::BodyLimits { max_bytes: limit, read_timeout: config.body_read_timeout };
     // Installed before the first request so every family is recorded.
     let _ = metrics::handle();
     let (routes, doc) = routes::router().split_for_parts();
@@ -59,6 +71,7 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
         .layer(axum::middleware::from_fn(uri_guard::guard))
+        .layer(axum::middleware::from_fn_with_state(body_limits, body_guard::guard))
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(DefaultBodyLimit::max(limit))
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(request_span))
@@ -94,21 +107,70 @@ fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
 
 /// Serves until `shutdown` resolves, then wakes the long polls, lets
 /// in-flight requests finish, and closes the pool.
+///
+/// Our own accept loop rather than `axum::serve`, which sets no timer and so
+/// no header read timeout: a client that opens connections and never
+/// finishes its headers would hold them for ever.
 pub async fn serve(
     listener: TcpListener,
     engine: Arc<Engine>,
     config: ServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let header_read_timeout = config.header_read_timeout;
     let app = router(engine.clone(), config);
-    let waker = engine.clone();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            tracing::info!("shutting down: waking long polls, finishing in-flight requests");
-            waker.shutdown();
-        })
-        .await;
+    // Connection tasks watch `stop_rx` being dropped (shutdown begun) and
+    // hold `done_rx` clones until their connection is closed.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(());
+    let (done_tx, done_rx) = tokio::sync::watch::channel(());
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait, never spin or stop.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let stop_tx = stop_tx.clone();
+        let done_rx = done_rx.clone();
+        tokio::spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            let mut stopping = std::pin::pin!(stop_tx.closed());
+            let mut draining = false;
+            loop {
+                tokio::select! {
+                    result = conn.as_mut() => {
+                        if let Err(e) = result {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        break;
+                    }
+                    () = &mut stopping, if !draining => {
+                        draining = true;
+                        conn.as_mut().graceful_shutdown();
+                    }
+                }
+            }
+            drop(done_rx);
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: waking long polls, finishing in-flight requests");
+    engine.shutdown();
+    drop(stop_rx);
+    drop(done_rx);
+    done_tx.closed().await;
     engine.close();
-    result
+    Ok(())
 }

@@ -124,6 +124,13 @@ struct ServeArgs {
     /// Longest long poll (`wait=true`) a client may ask for, in milliseconds.
     #[arg(long, env = "QUEEN_MAX_WAIT_MS", default_value_t = 10 * 60 * 1000)]
     max_wait_ms: u64,
+    /// Milliseconds a client has to send a request's headers; also how long an idle
+    /// keep-alive connection stays open.
+    #[arg(long, env = "QUEEN_HEADER_READ_TIMEOUT_MS", default_value_t = 60_000)]
+    header_read_timeout_ms: u64,
+    /// Milliseconds a client has to send a whole request body (then 408).
+    #[arg(long, env = "QUEEN_BODY_READ_TIMEOUT_MS", default_value_t = 60_000)]
+    body_read_timeout_ms: u64,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -217,7 +224,12 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     tracing::info!(%addr, "queen is serving");
-    let config = ServerConfig { max_body_bytes: args.max_body_bytes, max_wait_ms: args.max_wait_ms };
+    let config = ServerConfig {
+        max_body_bytes: args.max_body_bytes,
+        max_wait_ms: args.max_wait_ms,
+        header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
+        body_read_timeout: Duration::from_millis(args.body_read_timeout_ms.max(1)),
+    };
     queen_server::serve(listener, engine, config, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

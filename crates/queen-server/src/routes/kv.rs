@@ -30,7 +30,7 @@ fn kv_error(status: StatusCode, error: &str, reason: &str, detail: &str) -> Resp
 }
 
 /// Engine errors in the KV envelope.
-fn kv_failure(e: ApiError) -> Response {
+pub(crate) fn kv_failure(e: ApiError) -> Response {
     match e {
         ApiError::BadRequest { field, problem } => {
             kv_error(StatusCode::BAD_REQUEST, "kv_bad_request", "kv_bad_body", &format!("{field} {problem}"))
@@ -40,6 +40,12 @@ fn kv_failure(e: ApiError) -> Response {
             "payload_too_large",
             "kv_body_too_large",
             "the request body is larger than the broker accepts",
+        ),
+        ApiError::BodyTimeout => kv_error(
+            StatusCode::REQUEST_TIMEOUT,
+            "request_timeout",
+            "kv_body_timeout",
+            "the request body did not arrive in time",
         ),
         ApiError::Engine(EngineError::Unavailable(msg)) => {
             tracing::warn!(error = %msg, "kv answering 503");

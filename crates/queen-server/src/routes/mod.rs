@@ -7,6 +7,8 @@ mod admin;
 mod broker;
 mod kv;
 
+pub(crate) use kv::kv_failure;
+
 use std::sync::Arc;
 
 use utoipa_axum::router::OpenApiRouter;
