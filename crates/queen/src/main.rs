@@ -10,6 +10,7 @@
 mod bench;
 mod cli;
 mod embedded_pg;
+mod telemetry;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -139,24 +140,9 @@ fn main() -> anyhow::Result<()> {
         Command::Client(client) => std::process::exit(crate::cli::run(client, cli.client)),
         other => other,
     };
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // tokio_postgres logs every statement's parameters at debug: request
-    // bodies, KV keys and values. Those never reach the logs, whatever
-    // RUST_LOG asks for.
-    for quiet in ["tokio_postgres=info", "postgres_protocol=info"] {
-        if let Ok(directive) = quiet.parse() {
-            filter = filter.add_directive(directive);
-        }
-    }
-    let json_logs = std::env::var("QUEEN_LOG_FORMAT").map(|v| v == "json").unwrap_or(false);
-    if json_logs {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
+    let telemetry = telemetry::init()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         match command {
             Command::Client(_) => Ok(()),
             Command::Serve(args) => serve(args).await,
@@ -172,7 +158,9 @@ fn main() -> anyhow::Result<()> {
                 Ok(())
             }
         }
-    })
+    });
+    telemetry.shutdown();
+    result
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
