@@ -32,6 +32,9 @@ use queen_server::ServerConfig;
 struct Cli {
     #[command(flatten)]
     client: cli::ClientArgs,
+    /// Log lines as text or as JSON objects (one per line).
+    #[arg(long, global = true, env = "QUEEN_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -140,7 +143,7 @@ fn main() -> anyhow::Result<()> {
         Command::Client(client) => std::process::exit(crate::cli::run(client, cli.client)),
         other => other,
     };
-    let telemetry = telemetry::init()?;
+    let telemetry = telemetry::init(cli.log_format == "json")?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async move {
         match command {

@@ -1,4 +1,4 @@
-//! Logs and traces: the fmt layer (text, or JSON with
+//! Logs and traces: the fmt layer (text, or JSON with `--log-format json` /
 //! `QUEEN_LOG_FORMAT=json`) under `RUST_LOG`, and, built with the `otel`
 //! feature and given `OTEL_EXPORTER_OTLP_ENDPOINT`, an OpenTelemetry layer
 //! that exports every span (one per request, see `queen_server`) over
@@ -30,7 +30,7 @@ impl Telemetry {
 }
 
 /// Installs the global subscriber.
-pub fn init() -> anyhow::Result<Telemetry> {
+pub fn init(json_logs: bool) -> anyhow::Result<Telemetry> {
     let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     // tokio_postgres logs every statement's parameters at debug: request
     // bodies, KV keys and values. Those never reach the logs (or traces),
@@ -40,7 +40,6 @@ pub fn init() -> anyhow::Result<Telemetry> {
             filter = filter.add_directive(directive);
         }
     }
-    let json_logs = std::env::var("QUEEN_LOG_FORMAT").map(|v| v == "json").unwrap_or(false);
     let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json_logs {
         tracing_subscriber::fmt::layer().json().boxed()
     } else {
