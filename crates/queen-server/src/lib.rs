@@ -8,6 +8,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
 
+mod auth;
 mod body_guard;
 mod error;
 mod extract;
@@ -24,6 +25,7 @@ use axum::Router;
 use queen_engine::Engine;
 use tokio::net::TcpListener;
 
+pub use auth::{AuthConfig, AuthConfigError, Role};
 pub use error::ApiError;
 
 /// Settings of the HTTP layer.
@@ -38,6 +40,8 @@ pub struct ServerConfig {
     pub header_read_timeout: std::time::Duration,
     /// Time a client has to send a whole request body; then 408.
     pub body_read_timeout: std::time::Duration,
+    /// Who may call the API; the default is off (no credentials needed).
+    pub auth: AuthConfig,
 }
 
 impl Default for ServerConfig {
@@ -47,6 +51,7 @@ impl Default for ServerConfig {
             max_wait_ms: 10 * 60 * 1000,
             header_read_timeout: std::time::Duration::from_secs(60),
             body_read_timeout: std::time::Duration::from_secs(60),
+            auth: AuthConfig::default(),
         }
     }
 }
@@ -62,6 +67,7 @@ pub(crate) struct AppState {
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let limit = config.max_body_bytes;
     let body_limits = body_guard::BodyLimits { max_bytes: limit, read_timeout: config.body_read_timeout };
+    let auth = Arc::new(config.auth.clone());
     // Installed before the first request so every family is recorded.
     let _ = metrics::handle();
     let (routes, doc) = routes::router().split_for_parts();
@@ -72,6 +78,9 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
         .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
         .layer(axum::middleware::from_fn(uri_guard::guard))
         .layer(axum::middleware::from_fn_with_state(body_limits, body_guard::guard))
+        // Inside metrics and request ids (a refusal is counted and has an id),
+        // outside the body and URI guards (no token, no look at the request).
+        .layer(axum::middleware::from_fn_with_state(auth, auth::guard))
         .layer(axum::middleware::from_fn(metrics::track))
         .layer(DefaultBodyLimit::max(limit))
         .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(request_span))

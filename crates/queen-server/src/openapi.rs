@@ -352,8 +352,24 @@ pub(crate) fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::Open
     doc.info.description = Some(
         "The Queen MQ HTTP API on PostgreSQL, with transactional KV state. \
          Business refusals are 200 with success false or a kv_precondition body; \
-         every 4xx and 5xx carries an error code."
+         every 4xx and 5xx carries an error code. Authentication is off unless the broker \
+         is given tokens or JWT keys; then every route but GET /health needs \
+         Authorization: Bearer (401 unauthorized without, 403 forbidden for a read token \
+         on a route that changes state)."
             .into(),
     );
+    // Declared optional (`{}` is an alternative): a broker without auth
+    // configured serves every route without credentials.
+    use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+    let scheme = HttpBuilder::new()
+        .scheme(HttpAuthScheme::Bearer)
+        .bearer_format("static token or JWT (HS256, RS256)")
+        .description(Some("A read token may call GET routes but pop; everything else needs a write token."))
+        .build();
+    doc.components
+        .get_or_insert_with(Default::default)
+        .add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    doc.security =
+        Some(vec![SecurityRequirement::new("bearer", Vec::<String>::new()), SecurityRequirement::default()]);
     doc
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use queen_engine::{DbConfig, Engine, EngineError, EngineOptions};
-use queen_server::ServerConfig;
+use queen_server::{AuthConfig, ServerConfig};
 
 #[derive(Parser)]
 #[command(
@@ -135,6 +135,52 @@ struct ServeArgs {
     /// Milliseconds a client has to send a whole request body (then 408).
     #[arg(long, env = "QUEEN_BODY_READ_TIMEOUT_MS", default_value_t = 60_000)]
     body_read_timeout_ms: u64,
+    /// A static bearer token, `token:read`, `token:write` or plain `token` (write);
+    /// repeat the flag, or comma-separate in the environment. Any token or JWT key
+    /// turns authentication on. Prefer the environment: flags show in `ps`.
+    #[arg(long = "auth-token", env = "QUEEN_AUTH_TOKENS", value_delimiter = ',', hide_env_values = true)]
+    auth_tokens: Vec<String>,
+    /// Accept JWTs signed with HS256 and this secret (role from the `role` claim).
+    #[arg(long, env = "QUEEN_JWT_SECRET", hide_env_values = true)]
+    jwt_secret: Option<String>,
+    /// Accept JWTs signed with RS256, verified with this PEM RSA public key file.
+    #[arg(long, env = "QUEEN_JWT_PUBLIC_KEY_FILE")]
+    jwt_public_key_file: Option<PathBuf>,
+    /// Require JWTs to carry this `iss`.
+    #[arg(long, env = "QUEEN_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// Require JWTs to carry this `aud`.
+    #[arg(long, env = "QUEEN_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+}
+
+/// The authentication settings, checked before the broker starts serving.
+fn auth_config(args: &ServeArgs) -> anyhow::Result<AuthConfig> {
+    let mut auth = AuthConfig::default();
+    for spec in args.auth_tokens.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        // The error never repeats the token.
+        auth = auth.with_token_spec(spec).context("bad --auth-token / QUEEN_AUTH_TOKENS entry")?;
+    }
+    if let Some(secret) = &args.jwt_secret {
+        auth = auth.with_hs256_secret(secret.as_bytes()).context("bad --jwt-secret / QUEEN_JWT_SECRET")?;
+    }
+    if let Some(path) = &args.jwt_public_key_file {
+        let pem = std::fs::read(path)
+            .with_context(|| format!("cannot read the JWT public key file {}", path.display()))?;
+        auth = auth
+            .with_rs256_public_key_pem(&pem)
+            .with_context(|| format!("bad JWT public key file {}", path.display()))?;
+    }
+    if (args.jwt_issuer.is_some() || args.jwt_audience.is_some()) && !auth.accepts_jwt() {
+        anyhow::bail!("--jwt-issuer / --jwt-audience need --jwt-secret or --jwt-public-key-file");
+    }
+    if let Some(issuer) = &args.jwt_issuer {
+        auth = auth.with_issuer(issuer.clone());
+    }
+    if let Some(audience) = &args.jwt_audience {
+        auth = auth.with_audience(audience.clone());
+    }
+    Ok(auth)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -167,6 +213,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Before anything starts, so a bad key file fails the start at once.
+    let auth = auth_config(&args)?;
+    tracing::info!(?auth, enabled = auth.is_enabled(), "authentication");
     let (db, embedded) = match args.db.db_config() {
         Some(db) => (db, None),
         None => {
@@ -180,14 +229,14 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             (db, Some(pg))
         }
     };
-    let result = run_broker(&args, &db).await;
+    let result = run_broker(&args, &db, auth).await;
     if let Some(pg) = embedded {
         pg.stop().await;
     }
     result
 }
 
-async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
+async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow::Result<()> {
     let options = EngineOptions {
         kv_max_read_bytes: args.kv_max_read_bytes,
         kv_sweep_interval: (args.kv_sweep_interval_ms > 0)
@@ -220,6 +269,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig) -> anyhow::Result<()> {
         max_wait_ms: args.max_wait_ms,
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
         body_read_timeout: Duration::from_millis(args.body_read_timeout_ms.max(1)),
+        auth,
     };
     queen_server::serve(listener, engine, config, shutdown_signal()).await?;
     tracing::info!("stopped");

@@ -1,0 +1,430 @@
+//! Optional authentication: static bearer tokens and JWTs (HS256, RS256).
+//!
+//! Off by default, because the broker is usually reached on a private
+//! network and the official clients send no credentials unless they are
+//! given a `bearerToken`. Once any token or key is configured, every request
+//! but `GET /health` (which load balancers probe without credentials) must
+//! carry `Authorization: Bearer <token>`.
+//!
+//! **Roles.** A static token has the role it was configured with. A JWT
+//! has the role named by its `role` claim, `"read"` or `"write"`; a verified
+//! JWT without one of those two values is answered 403 (it proves who the
+//! caller is but grants nothing). `write` may do everything. `read` may only
+//! observe: `GET` and `HEAD`, except the pop routes, which are `GET` but take
+//! leases (and, with `autoAck`, consume), so they need `write`. Every
+//! `POST`, `PUT` and `DELETE` needs `write`, including a `POST /api/v1/kv`
+//! batch that holds only gets: the route is decided before the body is read,
+//! and a body-dependent rule would have to parse untrusted input before
+//! authorisation.
+//!
+//! **Answers.** No token, a token we do not know, a bad signature, an
+//! expired JWT: 401 with `WWW-Authenticate: Bearer` and the broker's JSON
+//! error body (`code: "unauthorized"`). A read token on a write route: 403
+//! (`code: "forbidden"`). The reason never contains the token, and tokens are
+//! never logged.
+//!
+//! **Static tokens** are kept only as SHA-256 digests and compared in
+//! constant time, digest against digest, so neither the bytes nor the length
+//! of a configured token can be learnt from response timing.
+//!
+//! **JWTs.** The header's `alg` picks the key: `HS256` is verified with the
+//! configured secret only, `RS256` with the configured public key only, and
+//! anything else (`none` included) is refused. An HS256 token "signed" with
+//! the RSA public key therefore meets the HMAC secret (or no key at all) and
+//! fails. `exp` is required, `nbf` is honoured, both with a 30 s leeway for
+//! clock skew; `iss` and `aud` are required and must match when an issuer or
+//! audience is configured (and `aud` is not checked when none is).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::Response;
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::error::json_response;
+
+/// Seconds of clock skew tolerated on `exp` and `nbf`.
+const LEEWAY_SECS: u64 = 30;
+
+/// What a credential may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Observe only: `GET`/`HEAD` routes other than pop.
+    Read,
+    /// Everything.
+    Write,
+}
+
+impl FromStr for Role {
+    type Err = AuthConfigError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "read" => Ok(Role::Read),
+            "write" => Ok(Role::Write),
+            other => Err(AuthConfigError::UnknownRole(other.to_owned())),
+        }
+    }
+}
+
+/// A setting that cannot make a working authentication.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthConfigError {
+    /// An empty static token would match an empty `Authorization: Bearer `.
+    #[error("a bearer token must not be empty")]
+    EmptyToken,
+    /// A role other than `read` or `write`.
+    #[error("unknown role {0:?}: use read or write")]
+    UnknownRole(String),
+    /// An empty HS256 secret signs nothing.
+    #[error("the JWT HS256 secret must not be empty")]
+    EmptySecret,
+    /// The RS256 key is not an RSA public key in PEM.
+    #[error("the JWT RS256 public key is not usable: {0}")]
+    BadPublicKey(String),
+}
+
+/// Who may call the API. `AuthConfig::default()` is off: every request is
+/// served without credentials.
+///
+/// Built with the `with_*` methods, which check each setting once at start,
+/// so a bad key fails the start and never a request.
+#[derive(Clone, Default)]
+pub struct AuthConfig {
+    /// SHA-256 of each static token with its role; the tokens themselves are
+    /// not kept.
+    tokens: Vec<([u8; 32], Role)>,
+    hs256: Option<DecodingKey>,
+    rs256: Option<DecodingKey>,
+    issuer: Option<String>,
+    audience: Option<String>,
+}
+
+/// Lists what is configured, never a secret.
+impl fmt::Debug for AuthConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuthConfig")
+            .field("static_tokens", &self.tokens.len())
+            .field("hs256", &self.hs256.is_some())
+            .field("rs256", &self.rs256.is_some())
+            .field("issuer", &self.issuer)
+            .field("audience", &self.audience)
+            .finish()
+    }
+}
+
+impl AuthConfig {
+    /// True when any credential is configured, i.e. requests are checked.
+    pub fn is_enabled(&self) -> bool {
+        !self.tokens.is_empty() || self.hs256.is_some() || self.rs256.is_some()
+    }
+
+    /// True when a JWT key is configured (an issuer or audience means
+    /// nothing without one).
+    pub fn accepts_jwt(&self) -> bool {
+        self.hs256.is_some() || self.rs256.is_some()
+    }
+
+    /// Accepts `token` as a static bearer token with `role`.
+    pub fn with_token(mut self, token: &str, role: Role) -> Result<Self, AuthConfigError> {
+        if token.is_empty() {
+            return Err(AuthConfigError::EmptyToken);
+        }
+        self.tokens.push((digest(token), role));
+        Ok(self)
+    }
+
+    /// Accepts a static token written `token:read`, `token:write`, or a
+    /// plain `token` (write). Only a final `:read`/`:write` is a role, so a
+    /// token may itself contain colons.
+    pub fn with_token_spec(self, spec: &str) -> Result<Self, AuthConfigError> {
+        match spec.rsplit_once(':') {
+            Some((token, role @ ("read" | "write"))) => {
+                let role = role.parse()?;
+                self.with_token(token, role)
+            }
+            _ => self.with_token(spec, Role::Write),
+        }
+    }
+
+    /// Accepts JWTs signed with HS256 and this shared secret.
+    pub fn with_hs256_secret(mut self, secret: &[u8]) -> Result<Self, AuthConfigError> {
+        if secret.is_empty() {
+            return Err(AuthConfigError::EmptySecret);
+        }
+        self.hs256 = Some(DecodingKey::from_secret(secret).map_err(|_| AuthConfigError::EmptySecret)?);
+        Ok(self)
+    }
+
+    /// Accepts JWTs signed with RS256, verified with this RSA public key
+    /// (PEM: `BEGIN PUBLIC KEY` or `BEGIN RSA PUBLIC KEY`).
+    pub fn with_rs256_public_key_pem(mut self, pem: &[u8]) -> Result<Self, AuthConfigError> {
+        // A private key would parse (jsonwebtoken takes either) and then fail
+        // every verification; say so now, and keep private keys off brokers.
+        if pem.windows(b"PRIVATE KEY".len()).any(|w| w == b"PRIVATE KEY") {
+            return Err(AuthConfigError::BadPublicKey(
+                "this is a private key; give the broker the public key only".into(),
+            ));
+        }
+        let key = DecodingKey::from_rsa_pem(pem).map_err(|e| AuthConfigError::BadPublicKey(e.to_string()))?;
+        // Parsing the PEM does not parse the RSA key inside; extracting its
+        // modulus and exponent does, so a damaged key fails here.
+        jsonwebtoken::jwk::Jwk::from_decoding_key(&key, Some(Algorithm::RS256))
+            .map_err(|e| AuthConfigError::BadPublicKey(e.to_string()))?;
+        self.rs256 = Some(key);
+        Ok(self)
+    }
+
+    /// Requires JWTs to carry `iss` equal to `issuer`.
+    pub fn with_issuer(mut self, issuer: impl Into<String>) -> Self {
+        self.issuer = Some(issuer.into());
+        self
+    }
+
+    /// Requires JWTs to carry `aud` equal to (or containing) `audience`.
+    pub fn with_audience(mut self, audience: impl Into<String>) -> Self {
+        self.audience = Some(audience.into());
+        self
+    }
+
+    /// The role of a presented token, or why it is refused.
+    fn authenticate(&self, token: &str) -> Result<Role, Denied> {
+        if let Some(role) = self.static_role(token) {
+            return Ok(role);
+        }
+        if self.accepts_jwt() && token.bytes().filter(|&b| b == b'.').count() == 2 {
+            return self.jwt_role(token);
+        }
+        Err(Denied::Unauthorized("invalid token"))
+    }
+
+    /// Compares against every configured token, without stopping at a match.
+    fn static_role(&self, token: &str) -> Option<Role> {
+        let presented = digest(token);
+        let mut found = None;
+        for (known, role) in &self.tokens {
+            if bool::from(known.ct_eq(&presented)) {
+                found = Some(*role);
+            }
+        }
+        found
+    }
+
+    fn jwt_role(&self, token: &str) -> Result<Role, Denied> {
+        // `alg: none` and unknown algorithms do not parse into `Algorithm`.
+        let header = jsonwebtoken::decode_header(token).map_err(|_| Denied::Unauthorized("invalid token"))?;
+        let key = match header.alg {
+            Algorithm::HS256 => self.hs256.as_ref(),
+            Algorithm::RS256 => self.rs256.as_ref(),
+            _ => None,
+        }
+        .ok_or(Denied::Unauthorized("token algorithm not accepted"))?;
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = LEEWAY_SECS;
+        validation.validate_nbf = true;
+        let mut required = vec!["exp"];
+        if let Some(iss) = &self.issuer {
+            validation.set_issuer(&[iss]);
+            required.push("iss");
+        }
+        match &self.audience {
+            Some(aud) => {
+                validation.set_audience(&[aud]);
+                required.push("aud");
+            }
+            None => validation.validate_aud = false,
+        }
+        validation.set_required_spec_claims(&required);
+        let data = jsonwebtoken::decode::<Claims>(token, key, &validation).map_err(|e| {
+            Denied::Unauthorized(match e.kind() {
+                ErrorKind::ExpiredSignature => "token expired",
+                ErrorKind::ImmatureSignature => "token not valid yet",
+                ErrorKind::MissingRequiredClaim(_) => "token lacks a required claim (exp, iss or aud)",
+                ErrorKind::InvalidIssuer | ErrorKind::InvalidAudience => {
+                    "token issued by or for someone else"
+                }
+                _ => "invalid token",
+            })
+        })?;
+        match data.claims.role.as_ref().and_then(|r| r.as_str()) {
+            Some("read") => Ok(Role::Read),
+            Some("write") => Ok(Role::Write),
+            _ => Err(Denied::Forbidden("the token's role claim is neither read nor write")),
+        }
+    }
+}
+
+/// The only claim we read ourselves; `exp`, `nbf`, `iss` and `aud` are
+/// checked by `jsonwebtoken`. A JSON value so that a non-string role is a
+/// 403 like any other unknown role, not a decoding failure.
+#[derive(serde::Deserialize)]
+struct Claims {
+    role: Option<serde_json::Value>,
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// Why a request is refused; the text is safe to send and to log.
+#[derive(Debug)]
+enum Denied {
+    Unauthorized(&'static str),
+    Forbidden(&'static str),
+}
+
+/// `GET /health` stays open so that probes need no credentials.
+fn is_open(method: &Method, route: Option<&str>) -> bool {
+    (method == Method::GET || method == Method::HEAD) && route == Some("/health")
+}
+
+/// Whether the route changes state (see the module documentation).
+fn needs_write(method: &Method, route: Option<&str>) -> bool {
+    let observes = method == Method::GET || method == Method::HEAD;
+    !observes || route.is_some_and(|r| r.starts_with("/api/v1/pop/"))
+}
+
+/// The token of `Authorization: Bearer <token>`; the scheme name is
+/// case-insensitive (RFC 7235).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn refusal(denied: &Denied) -> Response {
+    let (status, code, reason, challenge) = match denied {
+        Denied::Unauthorized(reason) => (
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            *reason,
+            "Bearer realm=\"queen\", error=\"invalid_token\"",
+        ),
+        Denied::Forbidden(reason) => (
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            *reason,
+            "Bearer realm=\"queen\", error=\"insufficient_scope\"",
+        ),
+    };
+    let body = serde_json::json!({"error": format!("{code}: {reason}"), "code": code, "detail": reason});
+    let mut resp = json_response(status, body.to_string());
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    resp
+}
+
+/// Checks credentials before anything else of the request is looked at
+/// (inside the metrics and request-id layers, so refusals are counted and
+/// carry an `x-request-id`).
+pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, req: Request, next: Next) -> Response {
+    if !auth.is_enabled() {
+        return next.run(req).await;
+    }
+    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str());
+    let method = req.method();
+    if is_open(method, route) {
+        return next.run(req).await;
+    }
+    let verdict = match bearer(req.headers()) {
+        None => {
+            // No credentials at all: the bare challenge (RFC 6750 §3.1).
+            let body = serde_json::json!({
+                "error": "unauthorized: missing bearer token", "code": "unauthorized",
+                "detail": "send Authorization: Bearer <token>",
+            });
+            let mut resp = json_response(StatusCode::UNAUTHORIZED, body.to_string());
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"queen\""));
+            return resp;
+        }
+        Some(token) => auth.authenticate(token).and_then(|role| {
+            if role == Role::Read && needs_write(method, route) {
+                Err(Denied::Forbidden("this route needs a write token"))
+            } else {
+                Ok(role)
+            }
+        }),
+    };
+    match verdict {
+        Ok(_) => next.run(req).await,
+        Err(denied) => {
+            tracing::debug!(
+                ?denied,
+                route = route.unwrap_or("unmatched"),
+                "request refused by authentication"
+            );
+            refusal(&denied)
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_specs() {
+        let auth = AuthConfig::default()
+            .with_token_spec("r:read")
+            .and_then(|a| a.with_token_spec("w:write"))
+            .and_then(|a| a.with_token_spec("plain"))
+            .and_then(|a| a.with_token_spec("has:colons:read"))
+            .and_then(|a| a.with_token_spec("has:colon"))
+            .unwrap();
+        assert_eq!(auth.static_role("r"), Some(Role::Read));
+        assert_eq!(auth.static_role("w"), Some(Role::Write));
+        assert_eq!(auth.static_role("plain"), Some(Role::Write));
+        assert_eq!(auth.static_role("has:colons"), Some(Role::Read));
+        assert_eq!(auth.static_role("has:colon"), Some(Role::Write));
+        assert_eq!(auth.static_role("r:read"), None);
+        assert_eq!(auth.static_role(""), None);
+        assert!(AuthConfig::default().with_token_spec(":read").is_err());
+        assert!(!AuthConfig::default().is_enabled());
+        assert!(auth.is_enabled());
+    }
+
+    #[test]
+    fn debug_shows_no_secret() {
+        let auth = AuthConfig::default().with_token("s3cret-token", Role::Write).unwrap();
+        let auth = auth.with_hs256_secret(b"hmac-s3cret").unwrap();
+        let shown = format!("{auth:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[test]
+    fn which_routes_need_write() {
+        assert!(!needs_write(&Method::GET, Some("/api/v1/resources/queues")));
+        assert!(!needs_write(&Method::HEAD, Some("/api/v1/kv/{ns}/{*key}")));
+        assert!(needs_write(&Method::GET, Some("/api/v1/pop/queue/{queue}")));
+        assert!(needs_write(&Method::GET, Some("/api/v1/pop/queue/{queue}/partition/{partition}")));
+        assert!(needs_write(&Method::POST, Some("/api/v1/kv")));
+        assert!(needs_write(&Method::PUT, None));
+        assert!(needs_write(&Method::DELETE, Some("/api/v1/resources/queues/{queue}")));
+        assert!(is_open(&Method::GET, Some("/health")));
+        assert!(!is_open(&Method::POST, Some("/health")));
+        assert!(!is_open(&Method::GET, None));
+    }
+
+    #[test]
+    fn bearer_header() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer abc"));
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer abc"));
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, HeaderValue::from_static("Bearer "));
+        assert_eq!(bearer(&h), None);
+    }
+}
