@@ -8,8 +8,10 @@
 //! workload. `--scaling` adds the runs that show how cost grows with the
 //! size of the data (namespace, partitions, consumer groups, value size).
 //! Results go to `bench/results/<unix time>/` as JSON, markdown and PNG.
+//! `--soak-seconds N` runs the soak instead (see `soak`).
 
 mod report;
+mod soak;
 mod workload;
 
 use std::path::PathBuf;
@@ -68,6 +70,22 @@ pub struct BenchArgs {
     /// Broker pool size.
     #[arg(long, default_value_t = 16)]
     pool_size: usize,
+    /// Run the soak instead of the sweep: this many seconds of a steady mixed load, sampling the
+    /// broker's RSS, fds and PostgreSQL connections (results in <out>/soak-<unix time>/).
+    #[arg(long, default_value_t = 0)]
+    soak_seconds: u64,
+    /// Soak: total rate of the mixed ops, per second.
+    #[arg(long, default_value_t = 300.0)]
+    rate: f64,
+    /// Soak: the first seconds left out of the RSS comparison (first fifth vs last fifth).
+    #[arg(long, default_value_t = 60)]
+    soak_warmup_seconds: u64,
+    /// Soak: long polls (wait=true) held at all times beside the rate-limited ops.
+    #[arg(long, default_value_t = 4)]
+    soak_long_polls: usize,
+    /// Soak: scrape /metrics/prometheus every this many seconds, as a Prometheus would (0: never).
+    #[arg(long, default_value_t = 0)]
+    soak_scrape_seconds: u64,
 }
 
 /// One scaling series: the workloads in size order and what the size is.
@@ -470,7 +488,11 @@ pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let url = db_url(&args.database_url, &dbname);
     admin_exec(&args.database_url, &format!("DROP DATABASE IF EXISTS {dbname}")).await?;
     admin_exec(&args.database_url, &format!("CREATE DATABASE {dbname}")).await?;
-    let result = run_all(&args, &url, &workloads, &clients, &all_series, &scaling_clients).await;
+    let result = if args.soak_seconds > 0 {
+        soak::run(&args, &url).await
+    } else {
+        run_all(&args, &url, &workloads, &clients, &all_series, &scaling_clients).await
+    };
     admin_exec(&args.database_url, &format!("DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")).await?;
     result
 }

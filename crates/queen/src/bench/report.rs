@@ -324,7 +324,7 @@ fn scaling_row_refs(p: &Point, earlier: &[&Point], latency: bool) -> String {
 
 /// Registers the chart font (plotters draws text with ab_glyph, which needs
 /// the font's bytes): QUEEN_BENCH_FONT, else a DejaVu or Liberation sans.
-fn font() -> Option<()> {
+pub(super) fn font() -> Option<()> {
     let candidates = std::env::var("QUEEN_BENCH_FONT").into_iter().chain(
         [
             "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -350,7 +350,7 @@ struct Panel<'a> {
     lines: Vec<(&'a str, Vec<(f64, f64)>)>,
 }
 
-const COLORS: [RGBColor; 6] = [
+pub(super) const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(214, 39, 40),
     RGBColor(44, 160, 44),
