@@ -420,15 +420,7 @@ async fn sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_effe
     // 2. Every message is acknowledged on each group's cursor, exactly once:
     //    the cursors are at the end, and each (group, message) has one marker.
     let groups: Vec<&str> = GROUPS.to_vec();
-    let backlog: i64 = sql
-        .query_one(
-            "SELECT coalesce(sum(p.next_seq - c.next_seq), 0)::bigint FROM queen.partitions p
-               JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = ANY($1)",
-            &[&groups],
-        )
-        .await
-        .expect("backlog")
-        .get(0);
+    let backlog = common::group_backlog(&sql, &groups).await;
     assert_eq!(backlog, 0, "every message is off both groups' cursors");
     let cursors: i64 = sql
         .query_one("SELECT count(*) FROM queen.cursors WHERE consumer_group = ANY($1)", &[&groups])

@@ -347,14 +347,6 @@ async fn once_and_ack_bundles_round_robin_over_two_brokers_commit_each_message_o
         sql.query_one("SELECT count(*) FROM queen.kv WHERE ns = 'once'", &[]).await.unwrap().get(0);
     assert_eq!(markers as usize, want.len());
     let groups: Vec<&str> = GROUPS.to_vec();
-    let backlog: i64 = sql
-        .query_one(
-            "SELECT coalesce(sum(p.next_seq - c.next_seq), 0)::bigint FROM queen.partitions p
-               JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = ANY($1)",
-            &[&groups],
-        )
-        .await
-        .unwrap()
-        .get(0);
+    let backlog = common::group_backlog(&sql, &groups).await;
     assert_eq!(backlog, 0, "both groups' cursors are at the end");
 }

@@ -173,6 +173,16 @@ async fn connect(url: &str) -> anyhow::Result<tokio_postgres::Client> {
     Ok(client)
 }
 
+/// version(), synchronous_commit and shared_buffers, printed with every run.
+async fn server_settings(db: &tokio_postgres::Client) -> anyhow::Result<tokio_postgres::Row> {
+    Ok(db
+        .query_one(
+            "SELECT version(), current_setting('synchronous_commit'), current_setting('shared_buffers')",
+            &[],
+        )
+        .await?)
+}
+
 async fn admin_exec(url: &str, sql: &str) -> anyhow::Result<()> {
     let client = connect(url).await?;
     client.batch_execute(sql).await.map_err(|e| match e.as_db_error() {
@@ -508,12 +518,7 @@ async fn run_all(
     let broker = start_broker(url, args.pool_size).await?;
     let db = connect(url).await?;
     let (max_connections, cap) = pgbench_cap(&db, args.pool_size).await?;
-    let settings = db
-        .query_one(
-            "SELECT version(), current_setting('synchronous_commit'), current_setting('shared_buffers')",
-            &[],
-        )
-        .await?;
+    let settings = server_settings(&db).await?;
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let mut report = Report::new(
         stamp,

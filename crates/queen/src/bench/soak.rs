@@ -299,17 +299,7 @@ async fn long_poll_once(http: &reqwest::Client, url: &str, base: &str) -> anyhow
         s => bail!("long poll answered {s}"),
     }
     let v: Value = resp.json().await?;
-    let acks: Vec<Value> = v["messages"]
-        .as_array()
-        .map(|ms| {
-            ms.iter()
-                .map(|m| {
-                    serde_json::json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                                       "leaseId": m["leaseId"], "status": "completed"})
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let acks = super::workload::completed_acks(&v);
     if acks.is_empty() {
         bail!("long poll answered 200 without messages");
     }
@@ -409,12 +399,7 @@ pub async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
     // The backlog of one partition per worker and the 10,000 KV keys of kv get.
     Workload::PopAck.prepare(&db, SOAK_WORKERS, "").await?;
     Workload::KvGet { size: 0 }.prepare(&db, SOAK_WORKERS, "").await?;
-    let settings = db
-        .query_one(
-            "SELECT version(), current_setting('synchronous_commit'), current_setting('shared_buffers')",
-            &[],
-        )
-        .await?;
+    let settings = super::server_settings(&db).await?;
 
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();
     let dir = args.out.join(format!("soak-{stamp}"));

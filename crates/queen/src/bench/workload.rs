@@ -324,17 +324,7 @@ impl Workload {
                     _ => return Ok(Outcome::Wrong),
                 }
                 let v: Value = popped.json().await?;
-                let acks: Vec<Value> = v["messages"]
-                    .as_array()
-                    .map(|ms| {
-                        ms.iter()
-                            .map(|m| {
-                                serde_json::json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                                                   "leaseId": m["leaseId"], "status": "completed"})
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let acks = completed_acks(&v);
                 let Some(first) = acks.first() else { return Ok(Outcome::Wrong) };
                 match self {
                     Workload::Fanout { .. } => {
@@ -420,6 +410,21 @@ impl Workload {
 
 /// An ack answer (an array) or a bundle answer (an object) that says
 /// `success: false` anywhere at its first level.
+/// The ack items that complete every message of a pop answer.
+pub(super) fn completed_acks(pop: &Value) -> Vec<Value> {
+    pop["messages"]
+        .as_array()
+        .map(|ms| {
+            ms.iter()
+                .map(|m| {
+                    serde_json::json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                       "leaseId": m["leaseId"], "status": "completed"})
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn refused(body: &[u8]) -> bool {
     match serde_json::from_slice::<Value>(body) {
         Ok(Value::Array(items)) => items.iter().any(|i| i["success"] == Value::Bool(false)),

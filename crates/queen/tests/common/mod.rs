@@ -444,36 +444,7 @@ pub struct BrokerProcess {
 impl BrokerProcess {
     /// Starts `queen serve` on `db` and waits until GET /health answers 200.
     pub async fn spawn(db: &str) -> Self {
-        let port = free_port();
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_queen"))
-            .arg("serve")
-            .env("QUEEN_DATABASE_URL", url_for(db))
-            .env("PORT", port.to_string())
-            .env("HOST", "127.0.0.1")
-            .env("DB_POOL_SIZE", "8")
-            .env("RUST_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn queen serve");
-        let mut p = BrokerProcess { child, api: Api::new(format!("http://127.0.0.1:{port}")) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok(resp) =
-                p.api.http.get(p.api.url("/health")).timeout(Duration::from_secs(2)).send().await
-            {
-                if resp.status().as_u16() == 200 {
-                    break;
-                }
-            }
-            if let Ok(Some(status)) = p.child.try_wait() {
-                panic!("queen serve exited early: {status}");
-            }
-            assert!(Instant::now() < deadline, "queen serve did not become healthy");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        p
+        Self::spawn_with(&ServeSpec::for_db(db)).await
     }
 
     pub fn pid(&self) -> u32 {
@@ -609,4 +580,16 @@ impl Drop for BrokerProcess {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Messages still on the cursors of `groups`, over every partition.
+pub async fn group_backlog(sql: &tokio_postgres::Client, groups: &[&str]) -> i64 {
+    sql.query_one(
+        "SELECT coalesce(sum(p.next_seq - c.next_seq), 0)::bigint FROM queen.partitions p
+           JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = ANY($1)",
+        &[&groups],
+    )
+    .await
+    .expect("backlog")
+    .get(0)
 }
