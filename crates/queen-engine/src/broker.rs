@@ -1,4 +1,4 @@
-//! The engine: one method per API operation, each one SQL function call.
+//! The engine: one method per API operation, each one round trip.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
-use crate::notifier::{self, Waiters};
+use crate::notifier::{self, Announcer, Waiters};
 use crate::{DbConfig, EngineError, Json};
 
 /// The consumer group name of queue mode: one more cursor per partition.
@@ -27,6 +27,10 @@ pub struct EngineOptions {
     pub kv_sweep_interval: Option<Duration>,
     /// Rows the sweeper deletes per statement.
     pub kv_sweep_batch: i32,
+    /// Tell other brokers on the database of pushes (one coalesced NOTIFY
+    /// outside the pushing transaction). Off, their long polls find new
+    /// messages at their next re-check (`poll_interval`).
+    pub cross_broker_wakeups: bool,
 }
 
 impl Default for EngineOptions {
@@ -36,6 +40,7 @@ impl Default for EngineOptions {
             kv_max_read_bytes: 4 * 1024 * 1024,
             kv_sweep_interval: Some(Duration::from_secs(30)),
             kv_sweep_batch: 1000,
+            cross_broker_wakeups: true,
         }
     }
 }
@@ -87,6 +92,7 @@ pub struct DlqQuery {
 pub struct Engine {
     pool: Pool,
     waiters: Arc<Waiters>,
+    announcer: Arc<Announcer>,
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
     kv_pruned: Arc<AtomicU64>,
@@ -97,13 +103,14 @@ impl Engine {
     pub fn connect(db: &DbConfig, options: EngineOptions) -> Result<Self, EngineError> {
         let pool = db.pool()?;
         let waiters = Arc::new(Waiters::default());
+        let announcer = Arc::new(Announcer::new(options.cross_broker_wakeups));
         let (shutdown, shutdown_rx) = watch::channel(false);
-        tokio::spawn(notifier::run(db.pg_config()?, waiters.clone(), shutdown_rx.clone()));
+        tokio::spawn(notifier::run(db.pg_config()?, waiters.clone(), announcer.clone(), shutdown_rx.clone()));
         let kv_pruned = Arc::new(AtomicU64::new(0));
         if let Some(every) = options.kv_sweep_interval {
             tokio::spawn(sweep(pool.clone(), every, options.kv_sweep_batch, kv_pruned.clone(), shutdown_rx));
         }
-        Ok(Engine { pool, waiters, shutdown, options, kv_pruned })
+        Ok(Engine { pool, waiters, announcer, shutdown, options, kv_pruned })
     }
 
     pub(crate) fn pool(&self) -> &Pool {
@@ -138,6 +145,13 @@ impl Engine {
         (s.size, s.available, s.max_size)
     }
 
+    /// After a commit that pushed to `queues`: wakes this engine's long
+    /// polls now and tells the other brokers shortly.
+    pub(crate) fn announce_pushes(&self, queues: Vec<String>) {
+        self.waiters.wake(queues.iter().map(String::as_str));
+        self.announcer.add(queues);
+    }
+
     /// Queues that have a long poll waiting in this process.
     pub fn queues_waiting(&self) -> usize {
         self.waiters.queues_waiting()
@@ -169,11 +183,6 @@ impl Engine {
     /// Creates or reconfigures a queue; `body` is the configure request JSON.
     pub async fn configure(&self, body: &str) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.configure($1::text::json)::text", &[&body]).await
-    }
-
-    /// Pushes a JSON array of items; answers the per-item results array.
-    pub async fn push(&self, items: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.push_api($1::text::json)::text", &[&items]).await
     }
 
     /// One pop attempt; `None` when nothing is deliverable now.
@@ -249,11 +258,14 @@ impl Engine {
     /// `Err(EngineError::Refused(body))` and changed nothing.
     pub async fn transaction(&self, body: &str) -> Result<Json, EngineError> {
         let tx_id = uuid::Uuid::new_v4().to_string();
-        self.call_json(
-            "SELECT queen.transaction($1::text::json, $2, $3)::text",
-            &[&body, &tx_id, &self.options.kv_max_read_bytes],
-        )
-        .await
+        let answer = self
+            .call_json(
+                "SELECT queen.transaction($1::text::json, $2, $3)::text",
+                &[&body, &tx_id, &self.options.kv_max_read_bytes],
+            )
+            .await?;
+        self.announce_pushes(bundle_queues(body));
+        Ok(answer)
     }
 
     /// Lists dead letters.
@@ -315,6 +327,37 @@ impl Engine {
         self.shutdown();
         self.pool.close();
     }
+}
+
+/// The queues a transaction bundle pushes to (none when it cannot be read:
+/// the bundle committed, so waiters then find its messages at their re-check).
+fn bundle_queues(body: &str) -> Vec<String> {
+    #[derive(serde::Deserialize)]
+    struct Bundle {
+        #[serde(default)]
+        operations: Vec<Op>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Op {
+        #[serde(rename = "type")]
+        kind: Option<String>,
+        #[serde(default)]
+        items: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Item {
+        queue: Option<String>,
+    }
+    let Ok(bundle) = serde_json::from_str::<Bundle>(body) else { return Vec::new() };
+    let mut queues: Vec<String> = bundle
+        .operations
+        .into_iter()
+        .filter(|op| op.kind.as_deref() == Some("push"))
+        .flat_map(|op| op.items.into_iter().filter_map(|i| i.queue))
+        .collect();
+    queues.sort();
+    queues.dedup();
+    queues
 }
 
 /// The KV sweeper: deletes expired rows in bounded batches. Safe with many

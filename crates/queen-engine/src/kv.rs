@@ -1,10 +1,12 @@
-//! KV state, the embedded API: typed operations that serialise to the wire
-//! ops and run through `queen.kv_batch`, the same SQL function the HTTP route
-//! and the transaction rider call, so the three paths cannot diverge.
+//! KV state. Every call, HTTP or embedded, is decoded and checked once by
+//! `kv_decode`; a call of one op then runs one typed statement of its own
+//! (`sql/statements/kv_*.sql`), a call of several runs `queen.kv_batch`,
+//! which applies them in one transaction in a deadlock-free order.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::kv_decode::decode_call;
 use crate::{Engine, EngineError, Json};
 
 /// Every write carries exactly one expiry; there is no default.
@@ -81,6 +83,32 @@ fn text(s: &str) -> String {
 }
 
 impl KvOp {
+    /// The op's wire name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            KvOp::Get { .. } => "get",
+            KvOp::GetMany { .. } => "getMany",
+            KvOp::GetPrefix { .. } => "getPrefix",
+            KvOp::Put { .. } => "put",
+            KvOp::PutIfAbsent { .. } => "putIfAbsent",
+            KvOp::Delete { .. } => "delete",
+            KvOp::Check { .. } => "check",
+            KvOp::Incr { .. } => "incr",
+        }
+    }
+
+    /// The key a write (or check) locks; `None` for reads.
+    pub(crate) fn written_key(&self) -> Option<(&str, &str)> {
+        match self {
+            KvOp::Put { ns, key, .. }
+            | KvOp::PutIfAbsent { ns, key, .. }
+            | KvOp::Delete { ns, key, .. }
+            | KvOp::Check { ns, key, .. }
+            | KvOp::Incr { ns, key, .. } => Some((ns, key)),
+            _ => None,
+        }
+    }
+
     /// The wire form of the op.
     pub fn to_wire(&self) -> String {
         let mut f: Vec<(&str, String)> = Vec::with_capacity(8);
@@ -282,6 +310,79 @@ pub struct PreconditionLost {
     pub value: Option<Box<RawValue>>,
 }
 
+/// `{"results": [element]}`.
+fn results(element: &str) -> String {
+    format!("{{\"results\": [{element}]}}")
+}
+
+/// A result element: `index` and `op`, then the fields SQL answered.
+fn element(op: &str, inner: &str) -> String {
+    match inner.strip_prefix('{').map(str::trim_start) {
+        Some(rest) if rest.starts_with('}') => format!("{{\"index\": 0, \"op\": \"{op}\"}}"),
+        Some(rest) => format!("{{\"index\": 0, \"op\": \"{op}\", {rest}"),
+        None => format!("{{\"index\": 0, \"op\": \"{op}\"}}"),
+    }
+}
+
+/// The get element from the live row (or its absence).
+fn get_element(key: &str, row: Option<tokio_postgres::Row>) -> Result<String, EngineError> {
+    let key_json = serde_json::to_string(key).map_err(|e| EngineError::Protocol(e.to_string()))?;
+    let Some(row) = row else {
+        return Ok(format!("{{\"index\": 0, \"op\": \"get\", \"key\": {key_json}, \"found\": false}}"));
+    };
+    let value: String = row.try_get(0)?;
+    let version: i64 = row.try_get(1)?;
+    let expires: Option<String> = row.try_get(2)?;
+    let updated: String = row.try_get(3)?;
+    let expires = match expires {
+        Some(t) => format!("\"{t}\""),
+        None => "null".into(),
+    };
+    Ok(format!(
+        "{{\"index\": 0, \"op\": \"get\", \"key\": {key_json}, \"found\": true, \"value\": {value}, \
+         \"version\": {version}, \"expiresAt\": {expires}, \"updatedAt\": \"{updated}\"}}"
+    ))
+}
+
+/// A `required` write that did not apply aborts the call: the 200 body of
+/// the lost precondition (nothing was written, the statement wrote nothing).
+fn refuse_if_lost(inner: &str, key: &str) -> Result<(), EngineError> {
+    #[derive(Deserialize)]
+    struct Verdict<'a> {
+        applied: bool,
+        reason: Option<String>,
+        version: Option<i64>,
+        #[serde(borrow)]
+        value: Option<&'a RawValue>,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Lost<'a> {
+        ok: bool,
+        reason: &'static str,
+        failed_index: usize,
+        kv_reason: Option<String>,
+        key: &'a str,
+        version: Option<i64>,
+        value: Option<&'a RawValue>,
+    }
+    let v: Verdict = serde_json::from_str(inner).map_err(|e| EngineError::Protocol(e.to_string()))?;
+    if v.applied {
+        return Ok(());
+    }
+    let body = serde_json::to_string(&Lost {
+        ok: false,
+        reason: "kv_precondition",
+        failed_index: 0,
+        kv_reason: v.reason,
+        key,
+        version: v.version,
+        value: v.value,
+    })
+    .map_err(|e| EngineError::Protocol(e.to_string()))?;
+    Err(EngineError::Refused(body))
+}
+
 #[derive(Deserialize)]
 struct Results {
     results: Vec<KvResult>,
@@ -292,10 +393,85 @@ impl Engine {
     /// array). A lost `required` precondition is `Err(EngineError::Refused)`
     /// carrying the 200 body.
     pub async fn kv(&self, body: &str) -> Result<Json, EngineError> {
-        let ctx = format!("{{\"maxReadBytes\":{}}}", self.kv_max_read_bytes());
-        self.call_json("SELECT queen.kv_batch($1::text::json, $2::text::jsonb)::text", &[&body, &ctx])
-            .await
-            .map_err(kv_input_error)
+        let ops = decode_call(body, false).map_err(kv_input_error)?;
+        match ops.as_slice() {
+            [] => Ok(Json("{\"results\": []}".into())),
+            [op] => self.kv_one(op).await.map_err(kv_input_error),
+            _ => {
+                let ctx = format!("{{\"maxReadBytes\":{}}}", self.kv_max_read_bytes());
+                self.call_json("SELECT queen.kv_batch($1::text::json, $2::text::jsonb)::text", &[&body, &ctx])
+                    .await
+                    .map_err(kv_input_error)
+            }
+        }
+    }
+
+    /// One checked op, one statement: no JSON is parsed in SQL.
+    async fn kv_one(&self, op: &KvOp) -> Result<Json, EngineError> {
+        let client = self.pool().get().await?;
+        let ttl = |e: &Expiry| match e {
+            Expiry::Ttl(s) => Some(*s as i64),
+            Expiry::Forever => None,
+        };
+        let forever = |e: &Expiry| matches!(e, Expiry::Forever).then_some(true);
+        let version = |v: u64| v as i64;
+        let (inner, key, required): (String, &str, bool) = match op {
+            KvOp::Get { ns, key } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get.sql")).await?;
+                let row = client.query_opt(&stmt, &[ns, key]).await?;
+                return Ok(Json(results(&get_element(key, row)?)));
+            }
+            KvOp::GetMany { ns, keys } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_many.sql")).await?;
+                let row = client.query_one(&stmt, &[ns, keys, &self.kv_max_read_bytes()]).await?;
+                (row.try_get(0)?, "", false)
+            }
+            KvOp::GetPrefix { ns, prefix, after, limit, keys_only } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_prefix.sql")).await?;
+                let limit = limit.map(|l| l as i32);
+                let row = client
+                    .query_one(&stmt, &[ns, prefix, after, &limit, keys_only, &self.kv_max_read_bytes()])
+                    .await?;
+                (row.try_get(0)?, "", false)
+            }
+            KvOp::Put { ns, key, value, expiry, expect, required } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
+                let expect = expect.map(|e| version(e.wire()));
+                let row = client
+                    .query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &expect])
+                    .await?;
+                (row.try_get(0)?, key, *required)
+            }
+            KvOp::PutIfAbsent { ns, key, value, expiry, required } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
+                let row = client
+                    .query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &Some(0i64)])
+                    .await?;
+                (row.try_get(0)?, key, *required)
+            }
+            KvOp::Delete { ns, key, expect, required } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_delete.sql")).await?;
+                let row = client.query_one(&stmt, &[ns, key, &expect.map(version)]).await?;
+                (row.try_get(0)?, key, *required)
+            }
+            KvOp::Check { ns, key, expect, required } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_check.sql")).await?;
+                let row = client.query_one(&stmt, &[ns, key, &version(expect.wire())]).await?;
+                (row.try_get(0)?, key, *required)
+            }
+            KvOp::Incr { ns, key, delta, min, max, expiry, required } => {
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_incr.sql")).await?;
+                let (min, max) = (min.as_ref().map(|m| m.get()), max.as_ref().map(|m| m.get()));
+                let row = client
+                    .query_one(&stmt, &[ns, key, &delta.get(), &min, &max, &ttl(expiry), &forever(expiry)])
+                    .await?;
+                (row.try_get(0)?, key, *required)
+            }
+        };
+        if required {
+            refuse_if_lost(&inner, key)?;
+        }
+        Ok(Json(results(&element(op.name(), &inner))))
     }
 
     /// Runs typed KV operations in one transaction.

@@ -18,8 +18,11 @@ mod broker;
 mod config;
 mod error;
 mod kv;
+mod kv_decode;
 mod migrate;
 mod notifier;
+mod push;
+mod wire;
 
 pub use admin::QueueDepth;
 pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
@@ -27,6 +30,7 @@ pub use config::DbConfig;
 pub use error::EngineError;
 pub use kv::{ops_to_wire, Expect, Expiry, KvOp, KvOutcome, KvResult, KvRow, PreconditionLost};
 pub use migrate::{migrate, schema_digest, MIGRATIONS};
+pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
 
 /// A JSON document produced by the database, kept as its exact text.
 #[derive(Debug, Clone, PartialEq, Eq)]

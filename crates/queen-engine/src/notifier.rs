@@ -1,17 +1,28 @@
-//! Wakes long polls: one LISTEN connection per engine, fed by the
-//! `pg_notify('queen_push', ...)` that every push call sends once. Missing a
-//! notification only delays a waiter until its next fallback poll.
+//! Wakes long polls. A push wakes this engine's own waiters in process,
+//! after its commit; other brokers on the database hear of it through one
+//! `pg_notify('queen_push', ...)` per few milliseconds, sent by this
+//! module's connection outside any pushing transaction (a NOTIFY inside the
+//! push would hold a cluster-wide lock through the commit's WAL flush and
+//! serialise every pushing commit). Missing a notification only delays a
+//! waiter until its next re-check (`EngineOptions::poll_interval`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 use tokio_postgres::{AsyncMessage, NoTls};
 
-/// The channel the push function notifies.
+/// The channel pushes are announced on.
 pub(crate) const CHANNEL: &str = "queen_push";
+
+/// How long announcements gather before one notification goes out.
+const COALESCE: Duration = Duration::from_millis(2);
+
+/// Payloads stay under PostgreSQL's 8000-byte limit.
+const MAX_PAYLOAD: usize = 7900;
 
 /// Long-poll waiters, by queue name.
 #[derive(Default)]
@@ -40,18 +51,13 @@ impl Waiters {
         self.by_queue.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
-    fn wake(&self, payload: &str) {
+    /// Wakes the waiters of these queues.
+    pub(crate) fn wake<'a>(&self, queues: impl IntoIterator<Item = &'a str>) {
         let map = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
-        match serde_json::from_str::<Vec<String>>(payload) {
-            Ok(queues) => {
-                for q in queues {
-                    if let Some(n) = map.get(&q) {
-                        n.notify_waiters();
-                    }
-                }
+        for q in queues {
+            if let Some(n) = map.get(q) {
+                n.notify_waiters();
             }
-            // '*' (too many queues for one payload) or anything unexpected: wake everyone.
-            Err(_) => map.values().for_each(|n| n.notify_waiters()),
         }
     }
 
@@ -59,13 +65,94 @@ impl Waiters {
         let map = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
         map.values().for_each(|n| n.notify_waiters());
     }
+
+    /// Handles one notification; `me` is this engine's id, whose own
+    /// announcements were already delivered in process.
+    fn on_notification(&self, me: &str, payload: &str) {
+        if let Ok(a) = serde_json::from_str::<Announcement>(payload) {
+            if a.from != me {
+                self.wake(a.queues.iter().map(String::as_str));
+            }
+            return;
+        }
+        match serde_json::from_str::<Vec<String>>(payload) {
+            // A bare array of queue names (queen.message_retry sends one).
+            Ok(queues) => self.wake(queues.iter().map(String::as_str)),
+            // '*' or anything unexpected: wake everyone.
+            Err(_) => self.wake_all(),
+        }
+    }
 }
 
-/// Keeps one LISTEN connection open until `shutdown` flips, reconnecting
-/// with a delay when it drops.
+/// What one notification says: these queues got messages on broker `from`.
+#[derive(Serialize, Deserialize)]
+struct Announcement {
+    from: String,
+    queues: Vec<String>,
+}
+
+/// Queues with new messages that other brokers have not been told of yet.
+pub(crate) struct Announcer {
+    /// This engine's id, so its own notifications are not acted on twice.
+    id: String,
+    pending: Mutex<BTreeSet<String>>,
+    kick: Notify,
+    /// Off: other brokers find new messages at their next re-check.
+    enabled: bool,
+}
+
+impl Announcer {
+    pub(crate) fn new(enabled: bool) -> Self {
+        Announcer {
+            id: uuid::Uuid::new_v4().to_string(),
+            pending: Mutex::default(),
+            kick: Notify::new(),
+            enabled,
+        }
+    }
+
+    /// Remembers queues to announce; the notifier task sends them shortly.
+    pub(crate) fn add(&self, queues: Vec<String>) {
+        if !self.enabled || queues.is_empty() {
+            return;
+        }
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).extend(queues);
+        self.kick.notify_one();
+    }
+
+    /// The pending announcements as notification payloads, each under the size limit.
+    fn take_payloads(&self) -> Vec<String> {
+        let queues = std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut payloads = Vec::new();
+        let mut batch: Vec<String> = Vec::new();
+        let mut size = 0;
+        let encode = |queues: Vec<String>| {
+            serde_json::to_string(&Announcement { from: self.id.clone(), queues })
+                .unwrap_or_else(|_| "*".into())
+        };
+        for q in queues {
+            // A queue name is at most 255 characters (4 bytes each), escaped at most 6x.
+            let cost = q.len() * 6 + 3;
+            if size + cost > MAX_PAYLOAD - 64 && !batch.is_empty() {
+                payloads.push(encode(std::mem::take(&mut batch)));
+                size = 0;
+            }
+            size += cost;
+            batch.push(q);
+        }
+        if !batch.is_empty() {
+            payloads.push(encode(batch));
+        }
+        payloads
+    }
+}
+
+/// Keeps one connection that LISTENs and sends this engine's announcements
+/// until `shutdown` flips, reconnecting with a delay when it drops.
 pub(crate) async fn run(
     pg: tokio_postgres::Config,
     waiters: Arc<Waiters>,
+    announcer: Arc<Announcer>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
@@ -100,9 +187,21 @@ pub(crate) async fn run(
                     loop {
                         tokio::select! {
                             msg = rx.recv() => match msg {
-                                Some(payload) => waiters.wake(&payload),
+                                Some(payload) => waiters.on_notification(&announcer.id, &payload),
                                 None => break,
                             },
+                            _ = announcer.kick.notified() => {
+                                tokio::time::sleep(COALESCE).await;
+                                let payloads = announcer.take_payloads();
+                                if let Err(e) = client
+                                    .execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) p", &[&CHANNEL, &payloads])
+                                    .await
+                                {
+                                    // Lost: the other brokers' re-check finds the messages.
+                                    tracing::warn!(error = %e, "cannot announce pushes");
+                                    break;
+                                }
+                            }
                             _ = shutdown.changed() => {
                                 pump.abort();
                                 return;
@@ -118,5 +217,32 @@ pub(crate) async fn run(
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = shutdown.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_stay_under_the_limit_and_keep_every_queue() {
+        let a = Announcer::new(true);
+        let names: Vec<String> = (0..200).map(|i| format!("{i:0>250}")).collect();
+        a.add(names.clone());
+        let payloads = a.take_payloads();
+        assert!(payloads.len() > 1);
+        let mut seen = Vec::new();
+        for p in &payloads {
+            assert!(p.len() < 8000, "{} bytes", p.len());
+            let ann: Announcement = serde_json::from_str(p).unwrap();
+            assert_eq!(ann.from, a.id);
+            seen.extend(ann.queues);
+        }
+        seen.sort();
+        let mut want = names;
+        want.sort();
+        assert_eq!(seen, want);
+        assert!(a.take_payloads().is_empty());
     }
 }

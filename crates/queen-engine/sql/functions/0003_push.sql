@@ -1,67 +1,43 @@
 -- POST /api/v1/push, and the push half of a transaction.
 --
+-- queen.push_rows is the push: the engine has decoded and checked every
+-- item (crates/queen-engine/src/push.rs) and passes typed arrays, one
+-- element per item. What stays here needs the database: queue and
+-- partition creation, partition locks, offsets, the dedup window, maxSize
+-- and the maintenance switch.
+--
 -- Locks, in this order: the queue's registration advisory lock (shared)
 -- and queue rows FOR SHARE (only when creating a partition, so a concurrent
 -- group registration sees it, even of a queue this call creates), then the target
 -- partition rows FOR NO KEY UPDATE in id order. The partition lock is held to
 -- commit, so offsets commit in order and the dedup check cannot race.
--- One pg_notify per call, not per message.
-CREATE OR REPLACE FUNCTION queen.push(p_items json) RETURNS json
+--
+-- No NOTIFY: a notifying transaction holds a cluster-wide lock through its
+-- commit's WAL flush, which serialises every pushing commit. The engine
+-- wakes its own long polls after the commit and tells other brokers with
+-- one coalesced notification outside this transaction (`queued` lists the
+-- queues that received a message).
+DROP FUNCTION IF EXISTS queen.push_api(json);
+CREATE OR REPLACE FUNCTION queen.push_rows(
+  v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
+  OUT result json, OUT queued text[])
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_bad record;
-  v_queues text[];
-  v_parts text[];
   v_txids text[];
-  v_traces text[];
-  v_payloads json[];
   v_full text[] := '{}';
   r record;
   v_pid uuid;
-  v_result json;
-  v_notify text[];
 BEGIN
-  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
-    PERFORM queen.bad_request('items', 'must be an array');
+  IF coalesce(array_length(v_queues, 1), 0) = 0 THEN
+    result := '[]'::json;
+    RETURN;
   END IF;
-  IF json_array_length(p_items) = 0 THEN
-    RETURN '[]'::json;
+  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
+    RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
+      'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
   END IF;
-
-  -- Shape of every item, reported by its index.
-  SELECT e.ord - 1 AS idx,
-         CASE
-           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
-           WHEN json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
-             THEN ARRAY['.queue', 'is required and must be a non-empty string']
-           WHEN length(e.item ->> 'queue') > 255 THEN ARRAY['.queue', 'must be at most 255 characters']
-           WHEN json_typeof(e.item -> 'partition') NOT IN ('string', 'null')
-             OR e.item ->> 'partition' = '' THEN ARRAY['.partition', 'must be a non-empty string']
-           WHEN length(e.item ->> 'partition') > 255 THEN ARRAY['.partition', 'must be at most 255 characters']
-           WHEN json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null')
-             OR e.item ->> 'transactionId' = '' THEN ARRAY['.transactionId', 'must be a non-empty string']
-         END AS problem
-    INTO v_bad
-    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
-   WHERE json_typeof(e.item) <> 'object'
-      OR json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
-      OR length(e.item ->> 'queue') > 255
-      OR json_typeof(e.item -> 'partition') NOT IN ('string', 'null') OR e.item ->> 'partition' = ''
-      OR length(e.item ->> 'partition') > 255
-      OR json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null') OR e.item ->> 'transactionId' = ''
-   ORDER BY e.ord
-   LIMIT 1;
-  IF v_bad.idx IS NOT NULL THEN
-    PERFORM queen.bad_request('items[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
-  END IF;
-
-  SELECT array_agg(e.item ->> 'queue' ORDER BY e.ord),
-         array_agg(coalesce(e.item ->> 'partition', 'Default') ORDER BY e.ord),
-         array_agg(coalesce(e.item ->> 'transactionId', queen.uuid_v7()::text) ORDER BY e.ord),
-         array_agg(CASE WHEN json_typeof(e.item -> 'traceId') = 'string' THEN e.item ->> 'traceId' END ORDER BY e.ord),
-         array_agg(e.item -> 'payload' ORDER BY e.ord)
-    INTO v_queues, v_parts, v_txids, v_traces, v_payloads
-    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord);
+  SELECT array_agg(coalesce(t, queen.uuid_v7()::text) ORDER BY n) INTO v_txids
+    FROM unnest(p_txids) WITH ORDINALITY u(t, n);
 
   -- Queues and partitions are created on first push.
   INSERT INTO queen.queues (name)
@@ -138,7 +114,7 @@ BEGIN
   ),
   ins AS (
     INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
-    SELECT f.pid, p.next_seq + f.rn, queen.uuid_v7(), f.txid, f.trace, f.payload
+    SELECT f.pid, p.next_seq + f.rn, queen.uuid_v7(), f.txid, f.trace, f.payload::json
       FROM fresh f JOIN queen.partitions p ON p.id = f.pid
     RETURNING partition_id, transaction_id, id
   ),
@@ -161,14 +137,65 @@ BEGIN
                'status', CASE WHEN i.ord = i.first_ord AND pr.id IS NULL THEN 'queued' ELSE 'duplicate' END)
            END ORDER BY i.ord),
          array_agg(DISTINCT i.qn) FILTER (WHERE ins.id IS NOT NULL)
-    INTO v_result, v_notify
+    INTO result, queued
     FROM items i
     LEFT JOIN prior pr ON pr.ord = i.first_ord
     LEFT JOIN ins ON ins.partition_id = i.pid AND ins.transaction_id = i.txid;
+END $$;
 
-  IF v_notify IS NOT NULL THEN
-    PERFORM pg_notify('queen_push',
-      CASE WHEN octet_length(array_to_json(v_notify)::text) < 7900 THEN array_to_json(v_notify)::text ELSE '*' END);
+-- The push half of a transaction bundle, whose items arrive as JSON:
+-- checks them as the engine does, then queen.push_rows.
+CREATE OR REPLACE FUNCTION queen.push(p_items json) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad record;
+  v_queues text[];
+  v_parts text[];
+  v_txids text[];
+  v_traces text[];
+  v_payloads text[];
+BEGIN
+  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
+    PERFORM queen.bad_request('items', 'must be an array');
   END IF;
-  RETURN v_result;
+  IF json_array_length(p_items) = 0 THEN
+    RETURN '[]'::json;
+  END IF;
+
+  -- Shape of every item, reported by its index.
+  SELECT e.ord - 1 AS idx,
+         CASE
+           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
+           WHEN json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
+             THEN ARRAY['.queue', 'is required and must be a non-empty string']
+           WHEN length(e.item ->> 'queue') > 255 THEN ARRAY['.queue', 'must be at most 255 characters']
+           WHEN json_typeof(e.item -> 'partition') NOT IN ('string', 'null')
+             OR e.item ->> 'partition' = '' THEN ARRAY['.partition', 'must be a non-empty string']
+           WHEN length(e.item ->> 'partition') > 255 THEN ARRAY['.partition', 'must be at most 255 characters']
+           WHEN json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null')
+             OR e.item ->> 'transactionId' = '' THEN ARRAY['.transactionId', 'must be a non-empty string']
+         END AS problem
+    INTO v_bad
+    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
+   WHERE json_typeof(e.item) <> 'object'
+      OR json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
+      OR length(e.item ->> 'queue') > 255
+      OR json_typeof(e.item -> 'partition') NOT IN ('string', 'null') OR e.item ->> 'partition' = ''
+      OR length(e.item ->> 'partition') > 255
+      OR json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null') OR e.item ->> 'transactionId' = ''
+   ORDER BY e.ord
+   LIMIT 1;
+  IF v_bad.idx IS NOT NULL THEN
+    PERFORM queen.bad_request('items[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
+  END IF;
+
+  SELECT array_agg(e.item ->> 'queue' ORDER BY e.ord),
+         array_agg(coalesce(e.item ->> 'partition', 'Default') ORDER BY e.ord),
+         array_agg(e.item ->> 'transactionId' ORDER BY e.ord),
+         array_agg(CASE WHEN json_typeof(e.item -> 'traceId') = 'string' THEN e.item ->> 'traceId' END ORDER BY e.ord),
+         array_agg((e.item -> 'payload')::text ORDER BY e.ord)
+    INTO v_queues, v_parts, v_txids, v_traces, v_payloads
+    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord);
+
+  RETURN (SELECT r.result FROM queen.push_rows(v_queues, v_parts, v_txids, v_traces, v_payloads) r);
 END $$;

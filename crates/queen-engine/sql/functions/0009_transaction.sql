@@ -84,10 +84,7 @@ BEGIN
   END IF;
 
   IF array_length(v_push_items, 1) > 0 THEN
-    IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
-        'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
-    END IF;
+    -- queen.push_rows refuses while push is paused.
     v_push := queen.push(array_to_json(v_push_items));
     SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
     IF r.x IS NOT NULL THEN

@@ -309,19 +309,9 @@ LANGUAGE sql STABLE AS $$
                  'sizeBytes', pg_database_size(current_database())))
 $$;
 
--- The entry points of the push and pop routes: the maintenance switches,
--- then the operation. A paused push is a 503 with Retry-After (clients
--- resend it); a paused pop is simply empty.
-CREATE OR REPLACE FUNCTION queen.push_api(p_items json) RETURNS json
-LANGUAGE plpgsql AS $$
-BEGIN
-  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
-    RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
-      'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
-  END IF;
-  RETURN queen.push(p_items);
-END $$;
-
+-- The entry point of the pop routes: the maintenance switch, then the
+-- operation. A paused pop is simply empty (a paused push is a 503 with
+-- Retry-After, raised by queen.push_rows; clients resend it).
 CREATE OR REPLACE FUNCTION queen.pop_api(
   p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)

@@ -1,0 +1,2 @@
+-- KV delete: ns, key, expect.
+SELECT queen.kv_delete($1, $2, $3)::text

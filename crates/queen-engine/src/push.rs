@@ -1,0 +1,180 @@
+//! Pushes: the items decoded and checked here, once, for HTTP and embedded
+//! callers alike; `queen.push_rows` takes them as typed arrays and keeps
+//! only the rules that need the database (partition locks, offsets, the
+//! dedup window, maxSize).
+
+use serde_json::value::RawValue;
+
+use crate::wire::{self, Kind};
+use crate::{Engine, EngineError, Json};
+
+/// The partition of an item that names none.
+pub const DEFAULT_PARTITION: &str = "Default";
+
+/// One message to push, checked.
+#[derive(Debug, Clone)]
+pub struct PushItem {
+    /// Queue name (1 to 255 characters); created on first push.
+    pub queue: String,
+    /// Partition name (1 to 255 characters); created on first push.
+    pub partition: String,
+    /// Dedup key; the database draws a time-ordered one when `None`.
+    pub transaction_id: Option<String>,
+    /// Carried to the consumer as is.
+    pub trace_id: Option<String>,
+    /// The payload as sent, byte for byte; `None` when the item had none.
+    pub payload: Option<Box<RawValue>>,
+}
+
+/// Decodes a JSON array of push items, refusing the first bad one with the
+/// 400 that names it (`items[i].field`).
+pub fn decode_push_items(items: &str) -> Result<Vec<PushItem>, EngineError> {
+    let raw: &RawValue =
+        serde_json::from_str(items).map_err(|_| wire::bad_request("items", "must be an array"))?;
+    let elements = wire::elements(raw).ok_or_else(|| wire::bad_request("items", "must be an array"))?;
+    elements.iter().enumerate().map(|(i, item)| decode_item(i, item)).collect()
+}
+
+fn decode_item(i: usize, item: &RawValue) -> Result<PushItem, EngineError> {
+    let at = |field: &str| format!("items[{i}]{field}");
+    let f = wire::fields(item).ok_or_else(|| wire::bad_request(&at(""), "must be an object"))?;
+    let queue = match f.get("queue") {
+        Some(q) if wire::kind(q) == Kind::String => wire::string(q)?,
+        _ => return Err(wire::bad_request(&at(".queue"), "is required and must be a non-empty string")),
+    };
+    if queue.is_empty() {
+        return Err(wire::bad_request(&at(".queue"), "is required and must be a non-empty string"));
+    }
+    if queue.chars().count() > 255 {
+        return Err(wire::bad_request(&at(".queue"), "must be at most 255 characters"));
+    }
+    let partition = optional_name(&f, "partition", &at)?;
+    if partition.as_ref().is_some_and(|p| p.chars().count() > 255) {
+        return Err(wire::bad_request(&at(".partition"), "must be at most 255 characters"));
+    }
+    let transaction_id = optional_name(&f, "transactionId", &at)?;
+    let trace_id = match f.get("traceId") {
+        Some(t) if wire::kind(t) == Kind::String => Some(wire::string(t)?),
+        _ => None,
+    };
+    let payload = f.get("payload").map(|p| (*p).to_owned());
+    Ok(PushItem {
+        queue,
+        partition: partition.unwrap_or_else(|| DEFAULT_PARTITION.to_owned()),
+        transaction_id,
+        trace_id,
+        payload,
+    })
+}
+
+/// A string field that may be absent or null, but not empty.
+fn optional_name(
+    f: &wire::Fields<'_>,
+    name: &str,
+    at: &dyn Fn(&str) -> String,
+) -> Result<Option<String>, EngineError> {
+    let bad = || wire::bad_request(&at(&format!(".{name}")), "must be a non-empty string");
+    match f.get(name) {
+        None => Ok(None),
+        Some(v) => match wire::kind(v) {
+            Kind::Null => Ok(None),
+            Kind::String => match wire::string(v)? {
+                s if s.is_empty() => Err(bad()),
+                s => Ok(Some(s)),
+            },
+            _ => Err(bad()),
+        },
+    }
+}
+
+/// The typed arrays `queen.push_rows` takes.
+pub(crate) struct PushColumns {
+    pub queues: Vec<String>,
+    pub partitions: Vec<String>,
+    pub transaction_ids: Vec<Option<String>>,
+    pub trace_ids: Vec<Option<String>>,
+    pub payloads: Vec<Option<String>>,
+}
+
+impl PushColumns {
+    pub(crate) fn of(items: Vec<PushItem>) -> Self {
+        let n = items.len();
+        let mut c = PushColumns {
+            queues: Vec::with_capacity(n),
+            partitions: Vec::with_capacity(n),
+            transaction_ids: Vec::with_capacity(n),
+            trace_ids: Vec::with_capacity(n),
+            payloads: Vec::with_capacity(n),
+        };
+        for it in items {
+            c.queues.push(it.queue);
+            c.partitions.push(it.partition);
+            c.transaction_ids.push(it.transaction_id);
+            c.trace_ids.push(it.trace_id);
+            c.payloads.push(it.payload.map(|p| String::from(Box::<str>::from(p))));
+        }
+        c
+    }
+}
+
+impl Engine {
+    /// Pushes a JSON array of items; answers the per-item results array.
+    pub async fn push(&self, items: &str) -> Result<Json, EngineError> {
+        self.push_items(decode_push_items(items)?).await
+    }
+
+    /// Pushes checked items; answers the per-item results array (201 body).
+    pub async fn push_items(&self, items: Vec<PushItem>) -> Result<Json, EngineError> {
+        if items.is_empty() {
+            return Ok(Json("[]".into()));
+        }
+        let c = PushColumns::of(items);
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
+        let row = client
+            .query_one(&stmt, &[&c.queues, &c.partitions, &c.transaction_ids, &c.trace_ids, &c.payloads])
+            .await?;
+        drop(client);
+        let result: Option<String> = row.try_get(0)?;
+        let queued: Option<Vec<String>> = row.try_get(1)?;
+        if let Some(queues) = queued {
+            self.announce_pushes(queues);
+        }
+        result.map(Json).ok_or_else(|| EngineError::Protocol("push answered NULL".into()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn body(e: EngineError) -> String {
+        match e {
+            EngineError::Rejected { body, .. } => body,
+            other => panic!("not a rejection: {other}"),
+        }
+    }
+
+    #[test]
+    fn the_first_bad_item_is_named() {
+        let e = decode_push_items(r#"[{"queue":"q"},{"queue":""}]"#).unwrap_err();
+        assert!(body(e).contains("items[1].queue is required and must be a non-empty string"));
+        let e = decode_push_items(r#"[{"queue":"q","partition":5}]"#).unwrap_err();
+        assert!(body(e).contains("items[0].partition must be a non-empty string"));
+        let e = decode_push_items(r#"{"queue":"q"}"#).unwrap_err();
+        assert!(body(e).contains("items must be an array"));
+        let e = decode_push_items(&format!(r#"[{{"queue":"{}"}}]"#, "é".repeat(256))).unwrap_err();
+        assert!(body(e).contains("items[0].queue must be at most 255 characters"));
+    }
+
+    #[test]
+    fn payloads_keep_their_text_and_absent_fields_default() {
+        let items = decode_push_items(r#"[{"queue":"q","payload":{"n": 12345678901234567890.50}}]"#).unwrap();
+        assert_eq!(items[0].partition, "Default");
+        assert_eq!(items[0].payload.as_ref().unwrap().get(), r#"{"n": 12345678901234567890.50}"#);
+        assert!(items[0].transaction_id.is_none());
+        let items = decode_push_items(r#"[{"queue":"q","transactionId":null,"traceId":7}]"#).unwrap();
+        assert!(items[0].payload.is_none() && items[0].trace_id.is_none());
+    }
+}
