@@ -7,7 +7,6 @@
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
-mod bench;
 mod cli;
 mod embedded_pg;
 mod telemetry;
@@ -45,8 +44,8 @@ enum Command {
     Serve(ServeArgs),
     /// Apply the schema migrations and exit.
     Migrate(DbArgs),
-    /// Measure the broker against pgbench running the same SQL, in one run.
-    Bench(bench::BenchArgs),
+    /// Measure the broker against pgbench running our SQL functions and plain SQL, in one run.
+    Bench(queen_bench::BenchArgs),
     #[command(flatten)]
     Client(cli::ClientCommand),
 }
@@ -195,7 +194,7 @@ fn main() -> anyhow::Result<()> {
         match command {
             Command::Client(_) => Ok(()),
             Command::Serve(args) => serve(args).await,
-            Command::Bench(args) => bench::bench(args).await,
+            Command::Bench(args) => queen_bench::run(args).await,
             Command::Migrate(args) => {
                 let db = args
                     .db_config()

@@ -26,7 +26,8 @@ pub struct Point {
     pub ours_empty: u64,
     /// Wrong answers (errors, refusals): not counted as ops.
     pub ours_errors: u64,
-    /// pgbench exited with an error (its message went to stderr).
+    /// The twin's pgbench (our SQL functions) exited with an error (its
+    /// message went to stderr). The `pgbench_*` fields are the twin's.
     pub pgbench_failed: bool,
     /// pgbench's concurrency: the clients, or the cap that max_connections allows.
     pub pgbench_clients: Option<usize>,
@@ -34,8 +35,18 @@ pub struct Point {
     pub pgbench_avg_ms: Option<f64>,
     pub pgbench_p50_ms: Option<f64>,
     pub pgbench_p99_ms: Option<f64>,
-    /// ours_ops / pgbench_ops (at pgbench_clients, see there).
+    /// ours_ops / pgbench_ops, ours against the twin (at pgbench_clients, see there).
     pub ratio: Option<f64>,
+    /// The plain-SQL pgbench (`bench/pgbench/plain/`) exited with an error.
+    pub plain_failed: bool,
+    /// The plain side's concurrency, as `pgbench_clients`.
+    pub plain_clients: Option<usize>,
+    pub plain_ops: Option<f64>,
+    pub plain_avg_ms: Option<f64>,
+    pub plain_p50_ms: Option<f64>,
+    pub plain_p99_ms: Option<f64>,
+    /// ours_ops / plain_ops: the headline ratio.
+    pub ratio_plain: Option<f64>,
     pub rows_per_op: u32,
     pub broker_rss_peak_mb: f64,
 }
@@ -58,11 +69,17 @@ pub struct Report {
     pub series: Vec<SeriesInfo>,
 }
 
-pub const SWEEP_HEADER: &str = "| workload | clients | ours ops/s | rows/s | p50 ms | p99 ms | p999 ms | pgbench clients | pgbench tx/s | pgbench p50 ms | pgbench p99 ms | ours/pgbench | broker RSS peak MB |\n\
-| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+pub const SWEEP_HEADER: &str = "| workload | clients | ours ops/s | rows/s | p50 ms | p99 ms | p999 ms | pgbench clients | plain tx/s | twin tx/s | ours/plain | ours/twin | plain p50 ms | plain p99 ms | twin p50 ms | twin p99 ms | broker RSS peak MB |\n\
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
 
-pub const SCALING_HEADER: &str = "| workload | size | clients | ours ops/s | p50 ms | p99 ms | pgbench tx/s | pgbench p50 ms | pgbench p99 ms | ours/pgbench | cost vs smallest, ours | cost vs smallest, pgbench |\n\
-| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+pub const SCALING_HEADER: &str = "| workload | size | clients | ours ops/s | p50 ms | p99 ms | plain tx/s | twin tx/s | ours/plain | ours/twin | plain p50 ms | plain p99 ms | twin p50 ms | twin p99 ms | cost vs smallest, ours | cost vs smallest, plain | cost vs smallest, twin |\n\
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+
+/// A figure of a point that a chart line plots.
+type Pick = fn(&Point) -> Option<f64>;
+
+/// The y label of the ratio panels (also what marks a panel as one).
+const RATIO_Y: &str = "ours / plain, ours / twin";
 
 fn opt(v: Option<f64>, digits: usize) -> String {
     v.map(|x| format!("{x:.digits$}")).unwrap_or_else(|| "n/a".into())
@@ -77,21 +94,32 @@ fn notes(p: &Point) -> String {
     if p.ours_errors > 0 {
         s.push_str(&format!(" ({} ERRORS)", p.ours_errors));
     }
+    if p.plain_failed {
+        s.push_str(" (plain pgbench failed)");
+    }
+    if p.pgbench_failed {
+        s.push_str(" (twin pgbench failed)");
+    }
     s
 }
 
+/// pgbench's clients: the fewest either pgbench side ran, marked when capped.
 fn pg_clients(p: &Point) -> String {
-    match p.pgbench_clients {
+    let ran = match (p.plain_clients, p.pgbench_clients) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    match ran {
         Some(c) if c < p.clients => format!("{c} (capped)"),
         Some(c) => c.to_string(),
-        None if p.pgbench_failed => "pgbench failed".into(),
-        None => "no twin".into(),
+        None if p.pgbench_failed || p.plain_failed => "pgbench failed".into(),
+        None => "no script".into(),
     }
 }
 
 pub fn sweep_row(p: &Point) -> String {
     format!(
-        "| {}{} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {:.1} |",
+        "| {}{} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
         p.workload,
         notes(p),
         p.clients,
@@ -101,60 +129,67 @@ pub fn sweep_row(p: &Point) -> String {
         p.ours_p99_ms,
         p.ours_p999_ms,
         pg_clients(p),
+        opt(p.plain_ops, 0),
         opt(p.pgbench_ops, 0),
+        opt(p.ratio_plain, 2),
+        opt(p.ratio, 2),
+        opt(p.plain_p50_ms, 2),
+        opt(p.plain_p99_ms, 2),
         opt(p.pgbench_p50_ms, 2),
         opt(p.pgbench_p99_ms, 2),
-        opt(p.ratio, 2),
         p.broker_rss_peak_mb
     )
 }
 
 /// How many times the smallest size's cost this point costs: p50 latency
-/// for latency series, inverse throughput otherwise; ours and pgbench's.
-fn growth(p: &Point, earlier: &[Point], latency: bool) -> (Option<f64>, Option<f64>) {
+/// for latency series, inverse throughput otherwise; ours, plain's and the
+/// twin's.
+fn growth(p: &Point, earlier: &[Point], latency: bool) -> (Option<f64>, Option<f64>, Option<f64>) {
     let Some(base) =
         earlier.iter().find(|e| e.series == p.series && e.kind == p.kind && e.clients == p.clients)
     else {
-        return (Some(1.0), Some(1.0));
+        return (Some(1.0), Some(1.0), Some(1.0));
+    };
+    let rel = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if latency && b > 0.0 => Some(a / b),
+        (Some(a), Some(b)) if !latency && a > 0.0 => Some(b / a),
+        _ => None,
     };
     if latency {
-        let pg = match (p.pgbench_p50_ms, base.pgbench_p50_ms) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
         let ours =
             (p.ours_ops > 0.0 && base.ours_ops > 0.0).then(|| p.ours_p50_ms / base.ours_p50_ms.max(1e-9));
-        (ours, pg)
+        (ours, rel(p.plain_p50_ms, base.plain_p50_ms), rel(p.pgbench_p50_ms, base.pgbench_p50_ms))
     } else {
-        let pg = match (p.pgbench_ops, base.pgbench_ops) {
-            (Some(a), Some(b)) if a > 0.0 => Some(b / a),
-            _ => None,
-        };
         let ours = (p.ours_ops > 0.0 && base.ours_ops > 0.0).then(|| base.ours_ops / p.ours_ops);
-        (ours, pg)
+        (ours, rel(p.plain_ops, base.plain_ops), rel(p.pgbench_ops, base.pgbench_ops))
     }
 }
 
 pub fn scaling_row(p: &Point, earlier: &[Point], latency: bool) -> String {
-    let (ours, pg) = growth(p, earlier, latency);
+    let (ours, plain, twin) = growth(p, earlier, latency);
     format!(
-        "| {}{} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} |",
+        "| {}{} | {} | {} | {:.0} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
         p.kind,
         notes(p),
         p.size.map(super::workload::short).unwrap_or_default(),
-        match p.pgbench_clients {
-            Some(c) if c < p.clients => format!("{} (pgbench {c})", p.clients),
-            _ => p.clients.to_string(),
+        match pg_clients(p).strip_suffix(" (capped)") {
+            Some(c) => format!("{} (pgbench {c})", p.clients),
+            None => p.clients.to_string(),
         },
         p.ours_ops,
         p.ours_p50_ms,
         p.ours_p99_ms,
+        opt(p.plain_ops, 0),
         opt(p.pgbench_ops, 0),
+        opt(p.ratio_plain, 2),
+        opt(p.ratio, 2),
+        opt(p.plain_p50_ms, 2),
+        opt(p.plain_p99_ms, 2),
         opt(p.pgbench_p50_ms, 2),
         opt(p.pgbench_p99_ms, 2),
-        opt(p.ratio, 2),
         times(ours),
-        times(pg),
+        times(plain),
+        times(twin),
     )
 }
 
@@ -243,16 +278,27 @@ impl Report {
             let ours: Vec<(f64, f64)> = pts.iter().map(|p| (p.clients as f64, p.ours_ops)).collect();
             let pg: Vec<(f64, f64)> =
                 pts.iter().filter_map(|p| Some((p.pgbench_clients? as f64, p.pgbench_ops?))).collect();
+            let plain: Vec<(f64, f64)> =
+                pts.iter().filter_map(|p| Some((p.plain_clients? as f64, p.plain_ops?))).collect();
             let ours_p99: Vec<(f64, f64)> = pts.iter().map(|p| (p.clients as f64, p.ours_p99_ms)).collect();
             let pg_p99: Vec<(f64, f64)> =
                 pts.iter().filter_map(|p| Some((p.pgbench_clients? as f64, p.pgbench_p99_ms?))).collect();
+            let plain_p99: Vec<(f64, f64)> =
+                pts.iter().filter_map(|p| Some((p.plain_clients? as f64, p.plain_p99_ms?))).collect();
             two_panels(
                 &path,
-                &format!("{name}: ours over HTTP vs pgbench, same SQL, same run"),
+                &format!("{name}: ours over HTTP vs pgbench (our SQL: twin; plain SQL), same run"),
                 "clients",
                 [
-                    Panel { y: "ops/s", lines: vec![("ours", ours), ("pgbench", pg)] },
-                    Panel { y: "p99 ms", lines: vec![("ours p99", ours_p99), ("pgbench p99", pg_p99)] },
+                    Panel { y: "ops/s", lines: vec![("ours", ours), ("twin", pg), ("plain SQL", plain)] },
+                    Panel {
+                        y: "p99 ms",
+                        lines: vec![
+                            ("ours p99", ours_p99),
+                            ("twin p99", pg_p99),
+                            ("plain SQL p99", plain_p99),
+                        ],
+                    },
                 ],
             )?;
         }
@@ -274,27 +320,24 @@ impl Report {
                 let line: Vec<&&Point> =
                     pts.iter().filter(|p| &p.kind == kind && p.clients == *clients).collect();
                 let x = |p: &Point| f64::from(p.size.unwrap_or(1));
-                if s.latency {
-                    cost.push((
-                        format!("{kind} x{clients} ours p50"),
-                        line.iter().map(|p| (x(p), p.ours_p50_ms)).collect::<Vec<_>>(),
-                    ));
-                    cost.push((
-                        format!("{kind} x{clients} pgbench p50"),
-                        line.iter().filter_map(|p| Some((x(p), p.pgbench_p50_ms?))).collect(),
-                    ));
+                let (ours_y, plain_y, twin_y): (Pick, Pick, Pick) = if s.latency {
+                    (|p| Some(p.ours_p50_ms), |p| p.plain_p50_ms, |p| p.pgbench_p50_ms)
                 } else {
+                    (|p| Some(p.ours_ops), |p| p.plain_ops, |p| p.pgbench_ops)
+                };
+                let what = if s.latency { " p50" } else { "" };
+                for (side, y) in [("ours", ours_y), ("plain SQL", plain_y), ("twin", twin_y)] {
                     cost.push((
-                        format!("{kind} x{clients} ours"),
-                        line.iter().map(|p| (x(p), p.ours_ops)).collect::<Vec<_>>(),
-                    ));
-                    cost.push((
-                        format!("{kind} x{clients} pgbench"),
-                        line.iter().filter_map(|p| Some((x(p), p.pgbench_ops?))).collect(),
+                        format!("{kind} x{clients} {side}{what}"),
+                        line.iter().filter_map(|p| Some((x(p), y(p)?))).collect::<Vec<_>>(),
                     ));
                 }
                 ratio.push((
-                    format!("{kind} x{clients}"),
+                    format!("{kind} x{clients} ours/plain"),
+                    line.iter().filter_map(|p| Some((x(p), p.ratio_plain?))).collect::<Vec<_>>(),
+                ));
+                ratio.push((
+                    format!("{kind} x{clients} ours/twin"),
                     line.iter().filter_map(|p| Some((x(p), p.ratio?))).collect::<Vec<_>>(),
                 ));
             }
@@ -306,7 +349,7 @@ impl Report {
                 &path,
                 &s.title,
                 &s.unit,
-                [Panel { y: cost_y, lines: cost }, Panel { y: "ours / pgbench", lines: ratio }],
+                [Panel { y: cost_y, lines: cost }, Panel { y: RATIO_Y, lines: ratio }],
             )?;
         }
         Ok(())
@@ -389,14 +432,16 @@ fn two_panels(path: &Path, title: &str, x_label: &str, panels: [Panel<'_>; 2]) -
             .label_style(("sans-serif", 14))
             .draw()
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        let ratio_panel = panel.y == "ours / pgbench";
+        let ratio_panel = panel.y == RATIO_Y;
         for (i, (name, line)) in panel.lines.iter().enumerate() {
             if line.is_empty() {
                 continue;
             }
             let color = COLORS[i % COLORS.len()];
-            // Lines come in pairs (ours, pgbench): pgbench's is dashed.
-            if i % 2 == 1 && !ratio_panel {
+            // Ours is solid, pgbench's lines (twin, plain SQL) are dashed;
+            // in the ratio panel ours/twin is dashed.
+            let dashed = if ratio_panel { name.ends_with("ours/twin") } else { !name.contains("ours") };
+            if dashed {
                 chart
                     .draw_series(DashedLineSeries::new(line.iter().copied(), 8, 5, color.stroke_width(3)))
                     .map_err(|e| anyhow::anyhow!("{e}"))?
@@ -410,7 +455,7 @@ fn two_panels(path: &Path, title: &str, x_label: &str, panels: [Panel<'_>; 2]) -
                     .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(3)));
             }
         }
-        if panel.y == "ours / pgbench" {
+        if ratio_panel {
             chart
                 .draw_series(LineSeries::new(
                     [(x_min * 0.8, 1.0), (x_max * 1.25, 1.0)],

@@ -1,5 +1,6 @@
 //! The workloads: what one op sends over HTTP, what the database must hold
-//! before it runs, and the pgbench script(s) of its SQL twin.
+//! before it runs, the pgbench script(s) of its SQL twin (our functions) and
+//! of its plain-SQL row (the same data work straight on our tables).
 
 use anyhow::{bail, Context};
 use serde_json::Value;
@@ -35,7 +36,7 @@ pub enum Workload {
     Mixed,
 }
 
-/// The pgbench side of a workload.
+/// A pgbench side of a workload (the twin or the plain row).
 pub struct Twin {
     /// Scripts (file in the scripts directory, weight).
     pub files: Vec<(&'static str, u64)>,
@@ -181,6 +182,86 @@ impl Workload {
             _ => vec![],
         };
         Twin { files: vec![(file, 1)], defines }
+    }
+
+    /// The pgbench scripts (file, weight) of the plain-SQL row and their `-D`
+    /// variables: the least SQL a hand-written client would send for the same
+    /// data work, on our tables (`bench/pgbench/plain/`, see the README).
+    pub fn plain(self, blob: &str) -> Twin {
+        let kv = |ns: &str, keys: u32| {
+            vec![("ns".to_owned(), ns.to_owned()), ("keys".to_owned(), keys.to_string())]
+        };
+        let (file, defines) = match self {
+            Workload::Push { batch, .. } => ("plain/push.sql", vec![("batch".into(), batch.to_string())]),
+            Workload::PopAck => ("plain/pop-ack.sql", vec![]),
+            Workload::PopAny { .. } => ("plain/pop-any.sql", vec![]),
+            Workload::Fanout { groups } => ("plain/fanout.sql", vec![("groups".into(), groups.to_string())]),
+            Workload::OnceAck => ("plain/once-ack.sql", vec![]),
+            Workload::KvGet { size: 0 } => ("plain/kv-get.sql", kv("bench", 10_000)),
+            Workload::KvGet { .. } => ("plain/kv-get.sql", kv("vs", 1000)),
+            Workload::KvPut { size: 0 } => ("plain/kv-put.sql", kv("bench", 10_000)),
+            Workload::KvPut { .. } => {
+                let mut d = kv("vs", 1000);
+                d.push(("value".into(), blob.to_owned()));
+                ("plain/kv-put-value.sql", d)
+            }
+            Workload::KvPutIfAbsent => ("plain/kv-put-if-absent.sql", vec![]),
+            Workload::KvIncr => ("plain/kv-incr.sql", vec![]),
+            Workload::KvPrefix { keys } => (
+                "plain/kv-prefix.sql",
+                vec![("ns".into(), format!("p{}", short(keys))), ("n".into(), keys.to_string())],
+            ),
+            Workload::Mixed => {
+                // The scripts' variables do not collide: push takes batch,
+                // kv-get and kv-put take ns and keys (the same for both).
+                let mut files = Vec::new();
+                let mut defines: Vec<(String, String)> = Vec::new();
+                for &(w, weight) in &MIXED {
+                    let t = w.plain(blob);
+                    files.push((t.files[0].0, weight));
+                    for d in t.defines {
+                        if !defines.contains(&d) {
+                            defines.push(d);
+                        }
+                    }
+                }
+                return Twin { files, defines };
+            }
+        };
+        Twin { files: vec![(file, 1)], defines }
+    }
+
+    /// What the plain scripts need beyond [`Workload::prepare`], which leaves
+    /// the queue and its partitions to our first push and the consumer
+    /// group's cursors to our first pop: a hand-written client creates its
+    /// partitions and cursors once, so they are set up here, not measured.
+    pub async fn prepare_plain(self, db: &tokio_postgres::Client, clients: usize) -> anyhow::Result<()> {
+        if matches!(self, Workload::Push { .. } | Workload::Mixed) {
+            // The push queue's partitions p0.., with a cursor at 0 for every
+            // group already registered on it.
+            let sql = format!(
+                "INSERT INTO queen.queues (name) VALUES ('bench') ON CONFLICT DO NOTHING;
+                 INSERT INTO queen.partitions (queue_id, name)
+                 SELECT q.id, 'p' || i FROM queen.queues q, generate_series(0, {clients} - 1) i
+                  WHERE q.name = 'bench'
+                 ON CONFLICT DO NOTHING;
+                 INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
+                 SELECT p.id, g.name, q.id, 0
+                   FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+                   JOIN queen.consumer_groups g ON g.queue_name = q.name
+                  WHERE q.name = 'bench'
+                 ON CONFLICT DO NOTHING;
+                 ANALYZE queen.partitions;",
+                clients = clients.max(1)
+            );
+            exec(db, &sql).await?;
+        }
+        if matches!(self, Workload::PopAck | Workload::OnceAck | Workload::Mixed) {
+            // The queue-mode group's cursors (at 0) on the pop backlog.
+            exec(db, &format!("SELECT queen.register_group('{POP_QUEUE}', '__QUEUE_MODE__', NULL, NULL); ANALYZE queen.cursors"))
+                .await?;
+        }
+        Ok(())
     }
 
     /// Brings the database to the state the op expects. Queue tables are

@@ -1,14 +1,24 @@
-//! `queen bench`: our HTTP throughput and latency beside pgbench calling the
-//! same SQL function on the same machine in the same run, as a ratio. The
-//! machine is noisy, so only ratios taken in one run mean anything.
+//! `queen bench`: our HTTP throughput and latency beside pgbench on the same
+//! machine in the same run, as ratios. The machine is noisy, so only ratios
+//! taken in one run mean anything.
 //!
-//! The bench creates its own database, starts `queen serve` (this binary) on
-//! it as a child process, and drives it with N concurrent HTTP clients; then
-//! it runs `pgbench -c N` with the script(s) of `bench/pgbench/` for the same
-//! workload. `--scaling` adds the runs that show how cost grows with the
-//! size of the data (namespace, partitions, consumer groups, value size).
-//! Results go to `bench/results/<unix time>/` as JSON, markdown and PNG.
-//! `--soak-seconds N` runs the soak instead (see `soak`).
+//! Each point runs three sides, each on freshly prepared data: ours (N
+//! concurrent HTTP clients against `queen serve`), the **twin** (`pgbench -c
+//! N` calling our SQL functions, `bench/pgbench/*.sql`: what our SQL costs)
+//! and the **plain** row (`pgbench -c N` doing the same data work with the
+//! least SQL a hand-written client would send, straight on our tables,
+//! `bench/pgbench/plain/*.sql`: the ceiling). ours/plain is the headline.
+//!
+//! The bench creates its own database and starts `queen serve` on it as a
+//! child process: the binary is `std::env::current_exe()`, so [`run`] is
+//! meant to be called from the `queen` binary (`queen bench`). `--scaling`
+//! adds the runs that show how cost grows with the size of the data
+//! (namespace, partitions, consumer groups, value size). Results go to
+//! `bench/results/<unix time>/` as JSON, markdown and PNG. `--soak-seconds N`
+//! runs the soak instead (see `soak`).
+
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![warn(missing_docs)]
 
 mod report;
 mod soak;
@@ -28,6 +38,7 @@ use tokio_postgres::NoTls;
 use report::{Point, Report};
 use workload::{Outcome, Rng, Workload};
 
+/// The flags of `queen bench`.
 #[derive(Args)]
 pub struct BenchArgs {
     /// An admin URL of the PostgreSQL to bench on; the bench creates (and drops) its own database.
@@ -378,7 +389,34 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Both sides of one point, each on a freshly prepared database.
+    /// One pgbench side (twin or plain) of a point, on freshly prepared data:
+    /// the result, whether pgbench failed, and its clients.
+    async fn pgbench_side(
+        &self,
+        w: Workload,
+        clients: usize,
+        side: &str,
+        twin: workload::Twin,
+    ) -> anyhow::Result<(Option<Pg>, bool, usize)> {
+        let workload::Twin { files, defines } = twin;
+        let scripts: Vec<(PathBuf, u64)> =
+            files.iter().map(|(f, wt)| (self.args.scripts.join(f), *wt)).collect();
+        let pg_clients = clients.min(self.cap).min(free_slots(&self.db).await?.saturating_sub(2).max(1));
+        if !scripts.iter().all(|(p, _)| p.exists()) {
+            return Ok((None, false, pg_clients));
+        }
+        match run_pgbench(&scripts, &defines, &self.url, pg_clients, self.args.seconds) {
+            Ok(pg) => Ok((Some(pg), false, pg_clients)),
+            Err(e) => {
+                // One failed script must not cost the whole run: say so in the row.
+                eprintln!("{} x{clients} ({side}): {e:#}", w.name());
+                Ok((None, true, pg_clients))
+            }
+        }
+    }
+
+    /// The three sides of one point (ours, the twin, plain SQL), each on a
+    /// freshly prepared database.
     async fn measure(&self, w: Workload, clients: usize) -> anyhow::Result<Point> {
         let size = match w {
             Workload::KvGet { size } | Workload::KvPut { size } => size,
@@ -389,24 +427,13 @@ impl Run<'_> {
         let ours = run_ours(w, &self.base, clients, self.args.seconds, self.pid, blob.clone()).await?;
 
         w.prepare(&self.db, clients, &blob).await?;
-        let workload::Twin { files, defines } = w.twin(&blob);
-        let scripts: Vec<(PathBuf, u64)> =
-            files.iter().map(|(f, wt)| (self.args.scripts.join(f), *wt)).collect();
-        let pg_clients = clients.min(self.cap).min(free_slots(&self.db).await?.saturating_sub(2).max(1));
-        let mut pgbench_failed = false;
-        let pg = if scripts.iter().all(|(p, _)| p.exists()) {
-            match run_pgbench(&scripts, &defines, &self.url, pg_clients, self.args.seconds) {
-                Ok(pg) => Some(pg),
-                Err(e) => {
-                    // One failed twin must not cost the whole run: say so in the row.
-                    eprintln!("{} x{clients}: {e:#}", w.name());
-                    pgbench_failed = true;
-                    None
-                }
-            }
-        } else {
-            None
-        };
+        let (pg, pgbench_failed, pg_clients) = self.pgbench_side(w, clients, "twin", w.twin(&blob)).await?;
+
+        w.prepare(&self.db, clients, &blob).await?;
+        w.prepare_plain(&self.db, clients).await?;
+        let (plain, plain_failed, plain_clients) =
+            self.pgbench_side(w, clients, "plain", w.plain(&blob)).await?;
+
         let q = |p: f64| ours.hist.value_at_quantile(p) as f64 / 1000.0;
         Ok(Point {
             series: String::new(),
@@ -428,6 +455,13 @@ impl Run<'_> {
             pgbench_p50_ms: pg.as_ref().and_then(|p| p.p50_ms),
             pgbench_p99_ms: pg.as_ref().and_then(|p| p.p99_ms),
             ratio: pg.as_ref().map(|p| ours.ops / p.tps),
+            plain_failed,
+            plain_clients: plain.as_ref().map(|_| plain_clients),
+            plain_ops: plain.as_ref().map(|p| p.tps),
+            plain_avg_ms: plain.as_ref().map(|p| p.avg_ms),
+            plain_p50_ms: plain.as_ref().and_then(|p| p.p50_ms),
+            plain_p99_ms: plain.as_ref().and_then(|p| p.p99_ms),
+            ratio_plain: plain.as_ref().map(|p| ours.ops / p.tps),
             rows_per_op: w.rows(),
             broker_rss_peak_mb: ours.rss_peak,
         })
@@ -435,12 +469,13 @@ impl Run<'_> {
 }
 
 /// A bar on stderr (drawn only on a terminal) over the points of the run;
-/// each point takes two measurements of `seconds` plus its preparation.
+/// each point takes three measurements of `seconds` (ours, twin, plain) plus
+/// their preparation.
 fn progress(points: usize, seconds: u64) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(points as u64);
     let style = indicatif::ProgressStyle::with_template(&format!(
         "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} points (~{}s each, eta {{eta}}) {{msg}}",
-        2 * seconds
+        3 * seconds
     ))
     .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
     bar.set_style(style.progress_chars("=> "));
@@ -481,7 +516,8 @@ async fn start_broker(url: &str, pool_size: usize) -> anyhow::Result<Broker> {
     Ok(broker)
 }
 
-pub async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+/// Runs the bench (or the soak) as `args` say; see the crate documentation.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut workloads = Vec::new();
     for w in args.workloads.split(',').filter(|s| !s.trim().is_empty()) {
         workloads.extend(Workload::parse(w.trim())?);
