@@ -243,29 +243,9 @@ impl Engine {
         result
     }
 
-    /// Acks (a JSON array of acknowledgments) as offset commits.
-    pub async fn ack(&self, items: &str, consumer_group: Option<&str>) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.ack($1::text::json, $2)::text", &[&items, &consumer_group]).await
-    }
-
     /// Extends every partition lease held under `lease_id`.
     pub async fn extend_lease(&self, lease_id: &str, seconds: i32) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.extend_lease($1, $2)::text", &[&lease_id, &seconds]).await
-    }
-
-    /// Pushes, acks and KV operations in one commit. A refused bundle (a
-    /// rejected ack, a duplicate push, a lost `required` precondition) is
-    /// `Err(EngineError::Refused(body))` and changed nothing.
-    pub async fn transaction(&self, body: &str) -> Result<Json, EngineError> {
-        let tx_id = uuid::Uuid::new_v4().to_string();
-        let answer = self
-            .call_json(
-                "SELECT queen.transaction($1::text::json, $2, $3)::text",
-                &[&body, &tx_id, &self.options.kv_max_read_bytes],
-            )
-            .await?;
-        self.announce_pushes(bundle_queues(body));
-        Ok(answer)
     }
 
     /// Lists dead letters.
@@ -327,37 +307,6 @@ impl Engine {
         self.shutdown();
         self.pool.close();
     }
-}
-
-/// The queues a transaction bundle pushes to (none when it cannot be read:
-/// the bundle committed, so waiters then find its messages at their re-check).
-fn bundle_queues(body: &str) -> Vec<String> {
-    #[derive(serde::Deserialize)]
-    struct Bundle {
-        #[serde(default)]
-        operations: Vec<Op>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Op {
-        #[serde(rename = "type")]
-        kind: Option<String>,
-        #[serde(default)]
-        items: Vec<Item>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Item {
-        queue: Option<String>,
-    }
-    let Ok(bundle) = serde_json::from_str::<Bundle>(body) else { return Vec::new() };
-    let mut queues: Vec<String> = bundle
-        .operations
-        .into_iter()
-        .filter(|op| op.kind.as_deref() == Some("push"))
-        .flat_map(|op| op.items.into_iter().filter_map(|i| i.queue))
-        .collect();
-    queues.sort();
-    queues.dedup();
-    queues
 }
 
 /// The KV sweeper: deletes expired rows in bounded batches. Safe with many

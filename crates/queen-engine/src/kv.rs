@@ -208,7 +208,7 @@ impl KvOp {
 /// Text PostgreSQL's `json` refuses although it is JSON (a lone surrogate
 /// such as `"\ud800"`) fails the cast with 22P02 before `queen.kv_batch`
 /// runs: it is bad input, answered in the KV envelope, not a 500.
-fn kv_input_error(e: EngineError) -> EngineError {
+pub(crate) fn kv_input_error(e: EngineError) -> EngineError {
     match e {
         EngineError::UnstorableText(detail) => EngineError::Rejected {
             status: 400,
@@ -310,6 +310,125 @@ pub struct PreconditionLost {
     pub value: Option<Box<RawValue>>,
 }
 
+/// The typed arrays of `queen.kv_apply`: one element per op.
+#[derive(Default)]
+pub(crate) struct KvColumns<'a> {
+    op: Vec<&'static str>,
+    ns: Vec<&'a str>,
+    key: Vec<Option<&'a str>>,
+    value: Vec<Option<&'a str>>,
+    ttl: Vec<Option<i64>>,
+    forever: Vec<Option<bool>>,
+    expect: Vec<Option<i64>>,
+    required: Vec<bool>,
+    delta: Vec<Option<&'a str>>,
+    min: Vec<Option<&'a str>>,
+    max: Vec<Option<&'a str>>,
+    keys: Vec<Option<String>>,
+    prefix: Vec<Option<&'a str>>,
+    after: Vec<Option<&'a str>>,
+    limit: Vec<Option<i32>>,
+    keys_only: Vec<Option<bool>>,
+}
+
+impl<'a> KvColumns<'a> {
+    pub(crate) fn of(ops: &'a [KvOp]) -> Self {
+        let mut c = KvColumns::default();
+        for op in ops {
+            c.add(op);
+        }
+        c
+    }
+
+    fn add(&mut self, op: &'a KvOp) {
+        let expiry = |e: &Expiry| match e {
+            Expiry::Ttl(s) => (Some(*s as i64), None),
+            Expiry::Forever => (None, Some(true)),
+        };
+        let (mut key, mut value, mut exp, mut expect, mut required) = (None, None, (None, None), None, false);
+        let (mut delta, mut min, mut max, mut keys) = (None, None, None, None);
+        let (mut prefix, mut after, mut limit, mut keys_only) = (None, None, None, None);
+        let ns = match op {
+            KvOp::Get { ns, key: k } => {
+                key = Some(k.as_str());
+                ns
+            }
+            KvOp::GetMany { ns, keys: ks } => {
+                keys = Some(serde_json::to_string(ks).unwrap_or_default());
+                ns
+            }
+            KvOp::GetPrefix { ns, prefix: p, after: a, limit: l, keys_only: k } => {
+                prefix = Some(p.as_str());
+                after = a.as_deref();
+                limit = Some(l.unwrap_or(100) as i32);
+                keys_only = Some(*k);
+                ns
+            }
+            KvOp::Put { ns, key: k, value: v, expiry: e, expect: x, required: r } => {
+                (key, value, exp, expect, required) =
+                    (Some(k.as_str()), Some(v.get()), expiry(e), x.map(|x| x.wire() as i64), *r);
+                ns
+            }
+            KvOp::PutIfAbsent { ns, key: k, value: v, expiry: e, required: r } => {
+                (key, value, exp, required) = (Some(k.as_str()), Some(v.get()), expiry(e), *r);
+                ns
+            }
+            KvOp::Delete { ns, key: k, expect: x, required: r } => {
+                (key, expect, required) = (Some(k.as_str()), x.map(|x| x as i64), *r);
+                ns
+            }
+            KvOp::Check { ns, key: k, expect: x, required: r } => {
+                (key, expect, required) = (Some(k.as_str()), Some(x.wire() as i64), *r);
+                ns
+            }
+            KvOp::Incr { ns, key: k, delta: d, min: lo, max: hi, expiry: e, required: r } => {
+                (key, exp, required) = (Some(k.as_str()), expiry(e), *r);
+                (delta, min, max) =
+                    (Some(d.get()), lo.as_ref().map(|m| m.get()), hi.as_ref().map(|m| m.get()));
+                ns
+            }
+        };
+        self.op.push(op.name());
+        self.ns.push(ns);
+        self.key.push(key);
+        self.value.push(value);
+        self.ttl.push(exp.0);
+        self.forever.push(exp.1);
+        self.expect.push(expect);
+        self.required.push(required);
+        self.delta.push(delta);
+        self.min.push(min);
+        self.max.push(max);
+        self.keys.push(keys);
+        self.prefix.push(prefix);
+        self.after.push(after);
+        self.limit.push(limit);
+        self.keys_only.push(keys_only);
+    }
+
+    /// The sixteen arrays, in the order `kv_apply.sql` and `transaction.sql` take them.
+    pub(crate) fn params(&self) -> Vec<&(dyn tokio_postgres::types::ToSql + Sync)> {
+        vec![
+            &self.op,
+            &self.ns,
+            &self.key,
+            &self.value,
+            &self.ttl,
+            &self.forever,
+            &self.expect,
+            &self.required,
+            &self.delta,
+            &self.min,
+            &self.max,
+            &self.keys,
+            &self.prefix,
+            &self.after,
+            &self.limit,
+            &self.keys_only,
+        ]
+    }
+}
+
 /// `{"results": [element]}`.
 fn results(element: &str) -> String {
     format!("{{\"results\": [{element}]}}")
@@ -399,9 +518,14 @@ impl Engine {
             [op] => self.kv_one(op).await.map_err(kv_input_error),
             _ => {
                 let ctx = format!("{{\"maxReadBytes\":{}}}", self.kv_max_read_bytes());
-                self.call_json("SELECT queen.kv_batch($1::text::json, $2::text::jsonb)::text", &[&body, &ctx])
-                    .await
-                    .map_err(kv_input_error)
+                let client = self.pool().get().await?;
+                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_apply.sql")).await?;
+                let cols = KvColumns::of(&ops);
+                let mut params = cols.params();
+                params.push(&ctx);
+                let row = client.query_one(&stmt, &params).await.map_err(EngineError::from);
+                let answer: Option<String> = row.map_err(kv_input_error)?.try_get(0)?;
+                answer.map(Json).ok_or_else(|| EngineError::Protocol("kv_apply answered NULL".into()))
             }
         }
     }

@@ -13,6 +13,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
 
+mod ack;
 mod admin;
 mod broker;
 mod config;
@@ -22,8 +23,10 @@ mod kv_decode;
 mod migrate;
 mod notifier;
 mod push;
+mod transaction;
 mod wire;
 
+pub use ack::{decode_ack_items, AckItem};
 pub use admin::QueueDepth;
 pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
 pub use config::DbConfig;
@@ -31,6 +34,7 @@ pub use error::EngineError;
 pub use kv::{ops_to_wire, Expect, Expiry, KvOp, KvOutcome, KvResult, KvRow, PreconditionLost};
 pub use migrate::{migrate, schema_digest, MIGRATIONS};
 pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
+pub use transaction::{decode_bundle, Bundle};
 
 /// A JSON document produced by the database, kept as its exact text.
 #[derive(Debug, Clone, PartialEq, Eq)]

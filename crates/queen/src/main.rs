@@ -121,6 +121,14 @@ struct ServeArgs {
     /// Expired rows deleted per sweep statement.
     #[arg(long, env = "QUEEN_KV_SWEEP_BATCH", default_value_t = 1000)]
     kv_sweep_batch: i32,
+    /// Milliseconds between a long poll's re-checks without a wake-up (lease expiry, delayed
+    /// messages and lost cross-broker notifications rely on it).
+    #[arg(long, env = "QUEEN_POLL_INTERVAL_MS", default_value_t = 250)]
+    poll_interval_ms: u64,
+    /// Wake long polls on other brokers of the same database through one coalesced NOTIFY
+    /// outside the pushing transaction; `false` leaves them to their re-check.
+    #[arg(long, env = "QUEEN_CROSS_BROKER_WAKEUPS", default_value_t = true, action = clap::ArgAction::Set)]
+    cross_broker_wakeups: bool,
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -241,7 +249,8 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         kv_sweep_interval: (args.kv_sweep_interval_ms > 0)
             .then(|| Duration::from_millis(args.kv_sweep_interval_ms)),
         kv_sweep_batch: args.kv_sweep_batch.max(1),
-        ..EngineOptions::default()
+        poll_interval: Duration::from_millis(args.poll_interval_ms.max(1)),
+        cross_broker_wakeups: args.cross_broker_wakeups,
     };
     let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.

@@ -75,3 +75,18 @@ BEGIN
   END IF;
   RETURN obj ->> key;
 END $$;
+
+-- Time-ordered UUIDs (v7 layout), replacing the SQL-language definition of
+-- migration 0001: a SQL function that cannot be inlined is parsed and
+-- planned again in every statement that calls it, which was a fifth of a
+-- push's cost; a PL/pgSQL body keeps its cached expression.
+CREATE OR REPLACE FUNCTION queen.uuid_v7() RETURNS uuid
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  RETURN encode(
+    set_bit(set_bit(
+      overlay(uuid_send(gen_random_uuid())
+              PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+              FROM 1 FOR 6),
+      52, 1), 53, 1), 'hex')::uuid;
+END $$;

@@ -4,12 +4,15 @@
 --
 -- Locks: cursor rows FOR UPDATE, one (partition, group) at a time in
 -- (partition id, group) order, so concurrent batch acks never deadlock.
-CREATE OR REPLACE FUNCTION queen.ack(
-  p_items json, p_group text, p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
+
+-- The ack itself, on checked items (the engine decodes them, crates/queen-engine/src/ack.rs):
+-- one element per item; p_groups are resolved (item, call, or queue mode).
+CREATE OR REPLACE FUNCTION queen.ack_rows(
+  p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_leases text[], p_groups text[],
+  p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
 RETURNS json
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_bad record;
   v_n integer;
   v_res jsonb[];
   g record;
@@ -29,54 +32,14 @@ DECLARE
   v_failed integer;
   i integer;
 BEGIN
-  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
-    PERFORM queen.bad_request('acknowledgments', 'must be an array');
-  END IF;
-  v_n := json_array_length(p_items);
+  v_n := coalesce(array_length(p_txids, 1), 0);
   IF v_n = 0 THEN
     RETURN '[]'::json;
   END IF;
-
-  SELECT e.ord - 1 AS idx,
-         CASE
-           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
-           WHEN json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
-             THEN ARRAY['.transactionId', 'is required and must be a non-empty string']
-           WHEN json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
-             OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
-             THEN ARRAY['.partitionId', 'is required and must be a UUID']
-           WHEN json_typeof(e.item -> 'status') NOT IN ('string', 'null')
-             OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
-             THEN ARRAY['.status', 'must be one of completed, failed, retry, dlq']
-           WHEN json_typeof(e.item -> 'error') NOT IN ('string', 'null') THEN ARRAY['.error', 'must be a string']
-           WHEN json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null') THEN ARRAY['.leaseId', 'must be a string']
-           WHEN json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
-             THEN ARRAY['.consumerGroup', 'must be a string']
-         END AS problem
-    INTO v_bad
-    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
-   WHERE json_typeof(e.item) <> 'object'
-      OR json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
-      OR json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
-      OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
-      OR json_typeof(e.item -> 'status') NOT IN ('string', 'null')
-      OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
-      OR json_typeof(e.item -> 'error') NOT IN ('string', 'null')
-      OR json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null')
-      OR json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
-   ORDER BY e.ord
-   LIMIT 1;
-  IF v_bad.idx IS NOT NULL THEN
-    PERFORM queen.bad_request('acknowledgments[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
-  END IF;
-
   v_res := array_fill(NULL::jsonb, ARRAY[v_n]);
 
   FOR g IN
-    SELECT DISTINCT (e.item ->> 'partitionId')::uuid AS pid,
-           coalesce(nullif(e.item ->> 'consumerGroup', ''), nullif(p_group, ''), '__QUEUE_MODE__') AS grp
-      FROM json_array_elements(p_items) e(item)
-     ORDER BY 1, 2
+    SELECT DISTINCT u.pid, u.grp FROM unnest(p_pids, p_groups) u(pid, grp) ORDER BY 1, 2
   LOOP
     SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end, c.retry_count, c.queue_id,
            q.retry_limit, q.dead_letter_queue, q.dlq_after_max_retries
@@ -89,16 +52,15 @@ BEGIN
     v_failed := 0;
 
     FOR it IN
-      SELECT e.ord::integer AS ord, e.item ->> 'transactionId' AS txid,
-             coalesce(e.item ->> 'status', 'completed') AS status, e.item ->> 'error' AS err,
-             coalesce(nullif(e.item ->> 'leaseId', ''), p_lent_lease) AS lease,
+      SELECT u.ord::integer AS ord, u.txid, u.status, u.err,
+             coalesce(nullif(u.lease, ''), p_lent_lease) AS lease,
              (SELECT m.seq FROM queen.messages m
-               WHERE m.partition_id = g.pid AND m.transaction_id = e.item ->> 'transactionId'
+               WHERE m.partition_id = g.pid AND m.transaction_id = u.txid
                ORDER BY m.seq DESC LIMIT 1) AS seq
-        FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
-       WHERE (e.item ->> 'partitionId')::uuid = g.pid
-         AND coalesce(nullif(e.item ->> 'consumerGroup', ''), nullif(p_group, ''), '__QUEUE_MODE__') = g.grp
-       ORDER BY e.ord
+        FROM unnest(p_txids, p_pids, p_statuses, p_errors, p_leases, p_groups)
+             WITH ORDINALITY u(txid, pid, status, err, lease, grp, ord)
+       WHERE u.pid = g.pid AND u.grp = g.grp
+       ORDER BY u.ord
     LOOP
       IF cur.queue_id IS NULL OR it.seq IS NULL THEN
         v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
@@ -186,10 +148,78 @@ BEGIN
 
     FOR i IN 1 .. array_length(v_ords, 1) LOOP
       v_res[v_ords[i]] := jsonb_build_object('index', v_ords[i] - 1,
-        'transactionId', (p_items -> (v_ords[i] - 1)) ->> 'transactionId', 'success', true, 'error', NULL,
+        'transactionId', p_txids[v_ords[i]], 'success', true, 'error', NULL,
         'leaseReleased', v_released, 'dlq', (i = v_min AND v_dlq), 'noop', false);
     END LOOP;
   END LOOP;
 
   RETURN (SELECT json_agg(r ORDER BY n) FROM unnest(v_res) WITH ORDINALITY u(r, n));
+END $$;
+
+-- The ack of items that arrive as JSON (the transaction bundle's acks, psql):
+-- checks them as the engine does, then queen.ack_rows.
+CREATE OR REPLACE FUNCTION queen.ack(
+  p_items json, p_group text, p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_bad record;
+  v_n integer;
+  a_txids text[];
+  a_pids uuid[];
+  a_statuses text[];
+  a_errors text[];
+  a_leases text[];
+  a_groups text[];
+BEGIN
+  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
+    PERFORM queen.bad_request('acknowledgments', 'must be an array');
+  END IF;
+  v_n := json_array_length(p_items);
+  IF v_n = 0 THEN
+    RETURN '[]'::json;
+  END IF;
+
+  SELECT e.ord - 1 AS idx,
+         CASE
+           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
+           WHEN json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
+             THEN ARRAY['.transactionId', 'is required and must be a non-empty string']
+           WHEN json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
+             OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
+             THEN ARRAY['.partitionId', 'is required and must be a UUID']
+           WHEN json_typeof(e.item -> 'status') NOT IN ('string', 'null')
+             OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
+             THEN ARRAY['.status', 'must be one of completed, failed, retry, dlq']
+           WHEN json_typeof(e.item -> 'error') NOT IN ('string', 'null') THEN ARRAY['.error', 'must be a string']
+           WHEN json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null') THEN ARRAY['.leaseId', 'must be a string']
+           WHEN json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
+             THEN ARRAY['.consumerGroup', 'must be a string']
+         END AS problem
+    INTO v_bad
+    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
+   WHERE json_typeof(e.item) <> 'object'
+      OR json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
+      OR json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
+      OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
+      OR json_typeof(e.item -> 'status') NOT IN ('string', 'null')
+      OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
+      OR json_typeof(e.item -> 'error') NOT IN ('string', 'null')
+      OR json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null')
+      OR json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
+   ORDER BY e.ord
+   LIMIT 1;
+  IF v_bad.idx IS NOT NULL THEN
+    PERFORM queen.bad_request('acknowledgments[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
+  END IF;
+
+  SELECT array_agg(e.item ->> 'transactionId' ORDER BY e.ord),
+         array_agg((e.item ->> 'partitionId')::uuid ORDER BY e.ord),
+         array_agg(coalesce(e.item ->> 'status', 'completed') ORDER BY e.ord),
+         array_agg(e.item ->> 'error' ORDER BY e.ord),
+         array_agg(e.item ->> 'leaseId' ORDER BY e.ord),
+         array_agg(coalesce(nullif(e.item ->> 'consumerGroup', ''), nullif(p_group, ''), '__QUEUE_MODE__') ORDER BY e.ord)
+    INTO a_txids, a_pids, a_statuses, a_errors, a_leases, a_groups
+    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord);
+  RETURN queen.ack_rows(a_txids, a_pids, a_statuses, a_errors, a_leases, a_groups, p_tx_id, p_lent_lease);
 END $$;

@@ -1,5 +1,4 @@
--- queen.kv_batch: validates a whole call before touching anything, then
--- runs it in one transaction: `get`s first (they see the state before the
+-- queen.kv_apply runs a checked call in one transaction: `get`s first (they see the state before the
 -- call's writes), then writes in (ns, key) byte order, then getMany and
 -- getPrefix (they see the writes). Results stay index-aligned.
 --
@@ -68,6 +67,11 @@ DECLARE
   a_delta numeric[] := '{}';
   a_min numeric[] := '{}';
   a_max numeric[] := '{}';
+  a_keys jsonb[] := '{}';
+  a_prefix text[] := '{}';
+  a_after text[] := '{}';
+  a_limit integer[] := '{}';
+  a_keys_only boolean[] := '{}';
   v_keys text[];
   v_res jsonb[];
   r jsonb;
@@ -219,6 +223,17 @@ BEGIN
     ELSE
       a_delta := a_delta || NULL::numeric; a_min := a_min || NULL::numeric; a_max := a_max || NULL::numeric;
     END IF;
+
+    a_keys := a_keys || CASE WHEN v_name = 'getMany' THEN (o -> 'keys')::jsonb END;
+    IF v_name = 'getPrefix' THEN
+      a_prefix := a_prefix || (o ->> 'prefix');
+      a_after := a_after || (o ->> 'after');
+      a_limit := a_limit || least(greatest(coalesce(queen.kv_int_arg(o -> 'limit', 'limit', 'kv_bad_body'), 100), 1), 1000)::integer;
+      a_keys_only := a_keys_only || coalesce((o ->> 'keysOnly')::boolean, false);
+    ELSE
+      a_prefix := a_prefix || NULL::text; a_after := a_after || NULL::text;
+      a_limit := a_limit || NULL::integer; a_keys_only := a_keys_only || NULL::boolean;
+    END IF;
   END LOOP;
 
   SELECT u.ns, u.key INTO v_dup
@@ -231,6 +246,30 @@ BEGIN
       'at most one write per key in one call; ' || v_dup.ns || '/' || v_dup.key || ' appears twice');
   END IF;
 
+  RETURN queen.kv_apply(a_op, a_ns, a_key, a_value, a_ttl, a_forever, a_expect, a_required,
+                        a_delta, a_min, a_max, a_keys, a_prefix, a_after, a_limit, a_keys_only, p_ctx);
+END $$;
+
+-- The call itself, on checked ops (the engine decodes them, kv_decode.rs):
+-- one element per op in every array. a_keys holds a getMany's keys as a
+-- JSON array; a_limit a getPrefix's page size, already clamped.
+CREATE OR REPLACE FUNCTION queen.kv_apply(
+  a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
+  a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
+  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[], p_ctx jsonb)
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_tx boolean := coalesce((p_ctx ->> 'tx')::boolean, false);
+  v_offset integer := coalesce((p_ctx ->> 'offset')::integer, 0);
+  v_max_bytes bigint := coalesce((p_ctx ->> 'maxReadBytes')::bigint, 4194304);
+  v_n integer := coalesce(array_length(a_op, 1), 0);
+  i integer;
+  v_keys text[];
+  v_res jsonb[];
+  r jsonb;
+  w record;
+BEGIN
   v_res := array_fill(NULL::jsonb, ARRAY[greatest(v_n, 1)]);
 
   -- 1. get: the state before this call's writes.
@@ -272,14 +311,11 @@ BEGIN
   -- 3. multi-key reads, which see the writes.
   FOR i IN 1 .. v_n LOOP
     IF a_op[i] = 'getMany' THEN
-      SELECT array_agg(k #>> '{}' ORDER BY n) INTO v_keys
-        FROM json_array_elements(v_ops -> (i - 1) -> 'keys') WITH ORDINALITY e(k, n);
+      SELECT array_agg(k ORDER BY n) INTO v_keys
+        FROM jsonb_array_elements_text(a_keys[i]) WITH ORDINALITY e(k, n);
       v_res[i] := queen.kv_get_many(a_ns[i], v_keys, v_max_bytes);
     ELSIF a_op[i] = 'getPrefix' THEN
-      o := v_ops -> (i - 1);
-      v_res[i] := queen.kv_get_prefix(a_ns[i], o ->> 'prefix', o ->> 'after',
-        least(greatest(coalesce(queen.kv_int_arg(o -> 'limit', 'limit', 'kv_bad_body'), 100), 1), 1000)::integer,
-        coalesce((o ->> 'keysOnly')::boolean, false), v_max_bytes);
+      v_res[i] := queen.kv_get_prefix(a_ns[i], a_prefix[i], a_after[i], a_limit[i], a_keys_only[i], v_max_bytes);
     END IF;
   END LOOP;
 
@@ -293,6 +329,7 @@ BEGIN
   END IF;
   RETURN json_build_object('results', r);
 END $$;
+
 
 -- The sweeper's step: deletes up to p_batch expired rows, skipping rows a
 -- writer holds. Expired rows are already invisible, so this never changes

@@ -1,91 +1,35 @@
 -- The shared commit.
 
 -- POST /api/v1/transaction: pushes, acks and KV operations in one commit.
+-- The engine decodes and checks the bundle (crates/queen-engine/src/transaction.rs)
+-- and passes it as typed arrays; this function applies it.
 -- Results live in one flat index space: one slot per pushed item and per ack,
--- in `operations` order, then one per `kv` op.
+-- in `operations` order (p_push_slots, p_ack_slots), then one per `kv` op.
 -- Lock order: partitions of the pushes (by id), then cursors of the acks (by
 -- partition id), then KV keys (in byte order), so overlapping bundles never
 -- deadlock. Any refusal raises QN200 and the whole bundle rolls back.
 DROP FUNCTION IF EXISTS queen.transaction(json, text);
-CREATE OR REPLACE FUNCTION queen.transaction(p_body json, p_tx_id text, p_max_read_bytes bigint)
+DROP FUNCTION IF EXISTS queen.transaction(json, text, bigint);
+CREATE OR REPLACE FUNCTION queen.transaction_rows(
+  p_tx_id text, p_lent_lease text, p_max_read_bytes bigint, p_slot_count integer,
+  p_push_slots integer[], p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
+  p_ack_slots integer[], p_ack_txids text[], p_ack_pids uuid[], p_ack_statuses text[], p_ack_errors text[],
+  p_ack_leases text[], p_ack_groups text[],
+  a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
+  a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
+  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[])
 RETURNS json
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_ops json;
-  v_push_items json[] := '{}';
-  v_push_slots integer[] := '{}';
-  v_ack_items json[] := '{}';
-  v_ack_slots integer[] := '{}';
-  v_leases text[] := '{}';
-  v_lent text;
-  v_slot integer := 0;
-  op record;
-  v_item json;
   v_push json := '[]';
   v_ack json := '[]';
   v_results jsonb[];
   v_kv json := '[]';
-  v_has_kv boolean;
   r record;
 BEGIN
-  IF json_typeof(p_body) IS DISTINCT FROM 'object' THEN
-    PERFORM queen.bad_request('body', 'must be a JSON object');
-  END IF;
-  v_ops := p_body -> 'operations';
-  IF json_typeof(v_ops) IS DISTINCT FROM 'array' THEN
-    PERFORM queen.bad_request('operations', 'is required and must be an array');
-  END IF;
-  IF json_typeof(p_body -> 'requiredLeases') NOT IN ('array', 'null') THEN
-    PERFORM queen.bad_request('requiredLeases', 'must be an array of strings');
-  END IF;
-
-  FOR op IN SELECT e.item, e.ord - 1 AS idx FROM json_array_elements(v_ops) WITH ORDINALITY e(item, ord) LOOP
-    IF json_typeof(op.item) <> 'object' THEN
-      PERFORM queen.bad_request('operations[' || op.idx || ']', 'must be an object');
-    END IF;
-    CASE op.item ->> 'type'
-      WHEN 'push' THEN
-        IF json_typeof(op.item -> 'items') IS DISTINCT FROM 'array' THEN
-          PERFORM queen.bad_request('operations[' || op.idx || '].items', 'is required and must be an array');
-        END IF;
-        FOR v_item IN SELECT json_array_elements(op.item -> 'items') LOOP
-          v_push_items := v_push_items || v_item;
-          v_push_slots := v_push_slots || v_slot;
-          v_slot := v_slot + 1;
-        END LOOP;
-      WHEN 'ack' THEN
-        v_ack_items := v_ack_items || op.item;
-        v_ack_slots := v_ack_slots || v_slot;
-        v_slot := v_slot + 1;
-        IF json_typeof(op.item -> 'leaseId') = 'string' AND op.item ->> 'leaseId' <> '' THEN
-          v_leases := v_leases || lower(op.item ->> 'leaseId');
-        END IF;
-      ELSE
-        PERFORM queen.bad_request('operations[' || op.idx || '].type', 'must be "push" or "ack"');
-    END CASE;
-  END LOOP;
-  IF json_typeof(p_body -> 'kv') NOT IN ('array', 'null') THEN
-    PERFORM queen.kv_reject('kv_bad_body', 'kv must be an array of kv operations');
-  END IF;
-  v_has_kv := coalesce(json_typeof(p_body -> 'kv') = 'array' AND json_array_length(p_body -> 'kv') > 0, false);
-  IF v_slot = 0 AND NOT v_has_kv THEN
-    PERFORM queen.bad_request('operations', 'Transaction has no operations to commit');
-  END IF;
-
-  -- requiredLeases lends its lease to lease-less acks only when the bundle
-  -- names exactly one distinct lease.
-  SELECT array_agg(DISTINCT l) INTO v_leases FROM (
-    SELECT unnest(v_leases) AS l
-    UNION ALL
-    SELECT lower(x) FROM json_array_elements_text(coalesce(p_body -> 'requiredLeases', '[]')) x WHERE x <> ''
-  ) s;
-  IF coalesce(array_length(v_leases, 1), 0) = 1 THEN
-    v_lent := v_leases[1];
-  END IF;
-
-  IF array_length(v_push_items, 1) > 0 THEN
+  IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
     -- queen.push_rows refuses while push is paused.
-    v_push := queen.push(array_to_json(v_push_items));
+    SELECT x.result INTO v_push FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads) x;
     SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
     IF r.x IS NOT NULL THEN
       RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
@@ -96,28 +40,30 @@ BEGIN
           ELSE coalesce(r.x ->> 'error', 'push failed') || '; the transaction rolled back' END)::text;
     END IF;
   END IF;
-  IF array_length(v_ack_items, 1) > 0 THEN
-    v_ack := queen.ack(array_to_json(v_ack_items), NULL, p_tx_id, v_lent);
+  IF coalesce(array_length(p_ack_txids, 1), 0) > 0 THEN
+    v_ack := queen.ack_rows(p_ack_txids, p_ack_pids, p_ack_statuses, p_ack_errors, p_ack_leases, p_ack_groups,
+                            p_tx_id, p_lent_lease);
   END IF;
 
-  IF v_has_kv THEN
-    v_kv := queen.kv_batch(p_body -> 'kv', jsonb_build_object('tx', true, 'txId', p_tx_id,
-      'offset', v_slot, 'maxReadBytes', p_max_read_bytes));
+  IF coalesce(array_length(a_op, 1), 0) > 0 THEN
+    v_kv := queen.kv_apply(a_op, a_ns, a_key, a_value, a_ttl, a_forever, a_expect, a_required,
+      a_delta, a_min, a_max, a_keys, a_prefix, a_after, a_limit, a_keys_only,
+      jsonb_build_object('tx', true, 'txId', p_tx_id, 'offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
   END IF;
 
-  v_results := array_fill(NULL::jsonb, ARRAY[greatest(v_slot, 1)]);
+  v_results := array_fill(NULL::jsonb, ARRAY[greatest(p_slot_count, 1)]);
   FOR r IN SELECT e.x, e.n FROM json_array_elements(v_push) WITH ORDINALITY e(x, n) LOOP
-    v_results[v_push_slots[r.n] + 1] := jsonb_build_object('index', v_push_slots[r.n], 'type', 'push',
+    v_results[p_push_slots[r.n] + 1] := jsonb_build_object('index', p_push_slots[r.n], 'type', 'push',
       'success', true, 'transactionId', r.x ->> 'transaction_id', 'messageId', r.x ->> 'message_id',
       'queueName', r.x ->> 'queueName');
   END LOOP;
   FOR r IN SELECT e.x, e.n FROM json_array_elements(v_ack) WITH ORDINALITY e(x, n) LOOP
-    v_results[v_ack_slots[r.n] + 1] := jsonb_build_object('index', v_ack_slots[r.n], 'type', 'ack',
+    v_results[p_ack_slots[r.n] + 1] := jsonb_build_object('index', p_ack_slots[r.n], 'type', 'ack',
       'success', true, 'transactionId', r.x ->> 'transactionId', 'error', NULL,
       'dlq', (r.x ->> 'dlq')::boolean);
   END LOOP;
 
   RETURN json_build_object('transactionId', p_tx_id, 'success', true,
-    'results', coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:v_slot]) WITH ORDINALITY u(x, n)), '[]'::jsonb)
+    'results', coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb)
                || v_kv::jsonb);
 END $$;

@@ -1,0 +1,196 @@
+//! Acks: decoded and checked here, once; `queen.ack_rows` takes typed
+//! arrays and keeps the offset-commit rules (cursor locks, leases, retries,
+//! the dead-letter move).
+
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use crate::broker::QUEUE_MODE;
+use crate::wire::{self, Kind};
+use crate::{Engine, EngineError, Json};
+
+/// One acknowledgment, checked.
+#[derive(Debug, Clone)]
+pub struct AckItem {
+    /// The message's transaction id.
+    pub transaction_id: String,
+    /// Its partition.
+    pub partition_id: Uuid,
+    /// completed, failed, retry or dlq.
+    pub status: String,
+    /// The failure text a dead letter keeps.
+    pub error: Option<String>,
+    /// The lease the message was delivered under, when the client sends it.
+    pub lease_id: Option<String>,
+    /// The group, resolved: the item's, else the call's, else queue mode.
+    pub consumer_group: String,
+}
+
+/// Decodes a JSON array of acknowledgments; `call_group` is the batch's
+/// `consumerGroup`. The first bad item is refused with the 400 that names it.
+pub fn decode_ack_items(items: &str, call_group: Option<&str>) -> Result<Vec<AckItem>, EngineError> {
+    let raw: &RawValue =
+        serde_json::from_str(items).map_err(|_| wire::bad_request("acknowledgments", "must be an array"))?;
+    let list = wire::elements(raw).ok_or_else(|| wire::bad_request("acknowledgments", "must be an array"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, item)| decode_item(&format!("acknowledgments[{i}]"), item, call_group))
+        .collect()
+}
+
+/// One ack object; `at` is its JSON path.
+pub(crate) fn decode_item(
+    at: &str,
+    item: &RawValue,
+    call_group: Option<&str>,
+) -> Result<AckItem, EngineError> {
+    let bad = |field: &str, problem: &str| wire::bad_request(&format!("{at}{field}"), problem);
+    let f = wire::fields(item).ok_or_else(|| bad("", "must be an object"))?;
+    let transaction_id = match f.get("transactionId") {
+        Some(v) if wire::kind(v) == Kind::String => wire::string(v)?,
+        _ => String::new(),
+    };
+    if transaction_id.is_empty() {
+        return Err(bad(".transactionId", "is required and must be a non-empty string"));
+    }
+    let partition_id = match f.get("partitionId") {
+        Some(v) if wire::kind(v) == Kind::String => parse_uuid(&wire::string(v)?),
+        _ => None,
+    }
+    .ok_or_else(|| bad(".partitionId", "is required and must be a UUID"))?;
+    let status = match f.get("status") {
+        None => "completed".to_owned(),
+        Some(v) => match wire::kind(v) {
+            Kind::Null => "completed".to_owned(),
+            Kind::String => wire::string(v)?,
+            _ => String::new(),
+        },
+    };
+    if !matches!(status.as_str(), "completed" | "failed" | "retry" | "dlq") {
+        return Err(bad(".status", "must be one of completed, failed, retry, dlq"));
+    }
+    let optional = |name: &str| -> Result<Option<String>, EngineError> {
+        match f.get(name) {
+            None => Ok(None),
+            Some(v) => match wire::kind(v) {
+                Kind::Null => Ok(None),
+                Kind::String => wire::string(v).map(Some),
+                _ => Err(bad(&format!(".{name}"), "must be a string")),
+            },
+        }
+    };
+    let error = optional("error")?;
+    let lease_id = optional("leaseId")?;
+    let item_group = optional("consumerGroup")?;
+    let consumer_group = item_group
+        .filter(|g| !g.is_empty())
+        .or_else(|| call_group.filter(|g| !g.is_empty()).map(str::to_owned))
+        .unwrap_or_else(|| QUEUE_MODE.to_owned());
+    Ok(AckItem { transaction_id, partition_id, status, error, lease_id, consumer_group })
+}
+
+/// PostgreSQL's UUID input as the ack checks it: 32 hex digits, each group
+/// of `8-4-4-4-12` optionally followed by a dash, any case.
+fn parse_uuid(s: &str) -> Option<Uuid> {
+    let b = s.as_bytes();
+    let mut hex = String::with_capacity(32);
+    let mut i = 0;
+    for (n, len) in [8usize, 4, 4, 4, 12].into_iter().enumerate() {
+        let group = b.get(i..i + len)?;
+        if !group.iter().all(u8::is_ascii_hexdigit) {
+            return None;
+        }
+        hex.push_str(std::str::from_utf8(group).ok()?);
+        i += len;
+        if n < 4 && b.get(i) == Some(&b'-') {
+            i += 1;
+        }
+    }
+    if i != b.len() {
+        return None;
+    }
+    u128::from_str_radix(&hex, 16).ok().map(Uuid::from_u128)
+}
+
+/// The typed arrays of `queen.ack_rows`.
+#[derive(Default)]
+pub(crate) struct AckColumns {
+    pub transaction_ids: Vec<String>,
+    pub partition_ids: Vec<Uuid>,
+    pub statuses: Vec<String>,
+    pub errors: Vec<Option<String>>,
+    pub lease_ids: Vec<Option<String>>,
+    pub groups: Vec<String>,
+}
+
+impl AckColumns {
+    pub(crate) fn push(&mut self, a: AckItem) {
+        self.transaction_ids.push(a.transaction_id);
+        self.partition_ids.push(a.partition_id);
+        self.statuses.push(a.status);
+        self.errors.push(a.error);
+        self.lease_ids.push(a.lease_id);
+        self.groups.push(a.consumer_group);
+    }
+}
+
+impl Engine {
+    /// Acks (a JSON array of acknowledgments) as offset commits.
+    pub async fn ack(&self, items: &str, consumer_group: Option<&str>) -> Result<Json, EngineError> {
+        self.ack_items(decode_ack_items(items, consumer_group)?).await
+    }
+
+    /// Acks checked items; answers one result per item, in order.
+    pub async fn ack_items(&self, items: Vec<AckItem>) -> Result<Json, EngineError> {
+        if items.is_empty() {
+            return Ok(Json("[]".into()));
+        }
+        let mut c = AckColumns::default();
+        items.into_iter().for_each(|a| c.push(a));
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/ack.sql")).await?;
+        let row = client
+            .query_one(
+                &stmt,
+                &[&c.transaction_ids, &c.partition_ids, &c.statuses, &c.errors, &c.lease_ids, &c.groups],
+            )
+            .await?;
+        let answer: Option<String> = row.try_get(0)?;
+        answer.map(Json).ok_or_else(|| EngineError::Protocol("ack answered NULL".into()))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_read_as_postgresql_reads_them() {
+        let u = parse_uuid("01a23c37-da83-70ec-916f-db5e099885d6").unwrap();
+        assert_eq!(parse_uuid("01A23C37DA8370EC916FDB5E099885D6"), Some(u));
+        assert_eq!(parse_uuid("01a23c37da83-70ec916f-db5e099885d6"), Some(u));
+        assert_eq!(parse_uuid("01a23c37-da83-70ec-916f-db5e099885d"), None);
+        assert_eq!(parse_uuid("{01a23c37-da83-70ec-916f-db5e099885d6}"), None);
+    }
+
+    #[test]
+    fn the_first_bad_ack_is_named_and_groups_resolve() {
+        let pid = "01a23c37-da83-70ec-916f-db5e099885d6";
+        let ok = format!(r#"{{"transactionId":"t","partitionId":"{pid}","consumerGroup":""}}"#);
+        let bad = format!(r#"{{"transactionId":"t","partitionId":"{pid}","status":"done"}}"#);
+        match decode_ack_items(&format!("[{ok},{bad}]"), None) {
+            Err(EngineError::Rejected { body, .. }) => {
+                assert!(
+                    body.contains("acknowledgments[1].status must be one of completed, failed, retry, dlq")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        let items = decode_ack_items(&format!("[{ok}]"), Some("g")).unwrap();
+        assert_eq!(items[0].consumer_group, "g");
+        assert_eq!(items[0].status, "completed");
+        let items = decode_ack_items(&format!("[{ok}]"), None).unwrap();
+        assert_eq!(items[0].consumer_group, QUEUE_MODE);
+    }
+}

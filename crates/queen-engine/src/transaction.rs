@@ -1,0 +1,219 @@
+//! The shared commit (`POST /api/v1/transaction`): the bundle decoded and
+//! checked here, once; `queen.transaction_rows` applies its pushes, acks and
+//! KV ops as typed arrays in one PostgreSQL transaction.
+
+use serde_json::value::RawValue;
+
+use crate::ack::{self, AckColumns, AckItem};
+use crate::kv::{KvColumns, KvOp};
+use crate::kv_decode::{decode_call, kv_reject};
+use crate::push::{decode_push_items, PushColumns, PushItem};
+use crate::wire::{self, Kind};
+use crate::{Engine, EngineError, Json};
+
+/// A checked bundle. Slots are positions in the flat result index space:
+/// one per pushed item and per ack, in `operations` order, then the KV ops.
+#[derive(Debug, Default)]
+pub struct Bundle {
+    /// Pushed items with their result slots.
+    pub pushes: Vec<(i32, PushItem)>,
+    /// Acks with their result slots.
+    pub acks: Vec<(i32, AckItem)>,
+    /// The `kv` rider, applied after the pushes and acks.
+    pub kv: Vec<KvOp>,
+    /// The lease lent to acks that carry none: set when the bundle names
+    /// exactly one distinct lease.
+    pub lent_lease: Option<String>,
+    /// Pushed items plus acks.
+    pub slots: i32,
+}
+
+/// Decodes a bundle, refusing bad input with the 400 that names it.
+pub fn decode_bundle(body: &str) -> Result<Bundle, EngineError> {
+    let bad = wire::bad_request;
+    let raw: &RawValue = serde_json::from_str(body).map_err(|_| bad("body", "must be a JSON object"))?;
+    let f = wire::fields(raw).ok_or_else(|| bad("body", "must be a JSON object"))?;
+    let ops = f
+        .get("operations")
+        .and_then(|o| wire::elements(o))
+        .ok_or_else(|| bad("operations", "is required and must be an array"))?;
+    let required_leases = match f.get("requiredLeases") {
+        None => Vec::new(),
+        Some(r) => match wire::kind(r) {
+            Kind::Null => Vec::new(),
+            Kind::Array => wire::elements(r).unwrap_or_default(),
+            _ => return Err(bad("requiredLeases", "must be an array of strings")),
+        },
+    };
+
+    let mut push_raw: Vec<(i32, &RawValue)> = Vec::new();
+    let mut ack_raw: Vec<(i32, &RawValue)> = Vec::new();
+    let mut leases: Vec<String> = Vec::new();
+    let mut slot = 0i32;
+    for (i, op) in ops.iter().enumerate() {
+        let of = wire::fields(op).ok_or_else(|| bad(&format!("operations[{i}]"), "must be an object"))?;
+        let kind = match of.get("type") {
+            Some(t) if wire::kind(t) == Kind::String => Some(wire::string(t)?),
+            _ => None,
+        };
+        match kind.as_deref() {
+            Some("push") => {
+                let items = of.get("items").and_then(|it| wire::elements(it)).ok_or_else(|| {
+                    bad(&format!("operations[{i}].items"), "is required and must be an array")
+                })?;
+                for item in items {
+                    push_raw.push((slot, item));
+                    slot += 1;
+                }
+            }
+            Some("ack") => {
+                ack_raw.push((slot, op));
+                slot += 1;
+                if let Some(l) = of.get("leaseId").filter(|l| wire::kind(l) == Kind::String) {
+                    let lease = wire::string(l)?;
+                    if !lease.is_empty() {
+                        leases.push(lease.to_lowercase());
+                    }
+                }
+            }
+            _ => return Err(bad(&format!("operations[{i}].type"), "must be \"push\" or \"ack\"")),
+        }
+    }
+    let kv_raw = match f.get("kv") {
+        None => None,
+        Some(k) => match wire::kind(k) {
+            Kind::Null => None,
+            Kind::Array => Some(*k),
+            _ => return Err(kv_reject("kv_bad_body", "kv must be an array of kv operations")),
+        },
+    };
+    let has_kv = kv_raw.and_then(wire::elements).is_some_and(|k| !k.is_empty());
+    if slot == 0 && !has_kv {
+        return Err(bad("operations", "Transaction has no operations to commit"));
+    }
+    for l in required_leases {
+        let text = match wire::kind(l) {
+            Kind::Null => continue,
+            Kind::String => wire::string(l)?,
+            _ => l.get().to_owned(),
+        };
+        if !text.is_empty() {
+            leases.push(text.to_lowercase());
+        }
+    }
+    leases.sort();
+    leases.dedup();
+    let lent_lease = if leases.len() == 1 { leases.pop() } else { None };
+
+    // Items are named by their position among the bundle's pushes and acks.
+    let items_json = format!("[{}]", push_raw.iter().map(|(_, r)| r.get()).collect::<Vec<_>>().join(","));
+    let pushes = push_raw.iter().map(|(s, _)| *s).zip(decode_push_items(&items_json)?).collect();
+    let acks = ack_raw
+        .iter()
+        .enumerate()
+        .map(|(k, (s, item))| ack::decode_item(&format!("acknowledgments[{k}]"), item, None).map(|a| (*s, a)))
+        .collect::<Result<_, _>>()?;
+    let kv = match kv_raw.filter(|_| has_kv) {
+        Some(k) => decode_call(k.get(), true)?,
+        None => Vec::new(),
+    };
+    Ok(Bundle { pushes, acks, kv, lent_lease, slots: slot })
+}
+
+impl Engine {
+    /// Pushes, acks and KV operations in one commit. A refused bundle (a
+    /// rejected ack, a duplicate push, a lost `required` precondition) is
+    /// `Err(EngineError::Refused(body))` and changed nothing.
+    pub async fn transaction(&self, body: &str) -> Result<Json, EngineError> {
+        self.transaction_bundle(decode_bundle(body)?).await
+    }
+
+    /// Applies a checked bundle in one commit.
+    pub async fn transaction_bundle(&self, bundle: Bundle) -> Result<Json, EngineError> {
+        let tx_id = uuid::Uuid::new_v4().to_string();
+        let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.into_iter().unzip();
+        let mut queues: Vec<String> = items.iter().map(|i| i.queue.clone()).collect();
+        let push = PushColumns::of(items);
+        let mut acks = AckColumns::default();
+        let mut ack_slots = Vec::with_capacity(bundle.acks.len());
+        for (s, a) in bundle.acks {
+            ack_slots.push(s);
+            acks.push(a);
+        }
+        let kv = KvColumns::of(&bundle.kv);
+        let max_read = self.kv_max_read_bytes();
+        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+            &tx_id,
+            &bundle.lent_lease,
+            &max_read,
+            &bundle.slots,
+            &push_slots,
+            &push.queues,
+            &push.partitions,
+            &push.transaction_ids,
+            &push.trace_ids,
+            &push.payloads,
+            &ack_slots,
+            &acks.transaction_ids,
+            &acks.partition_ids,
+            &acks.statuses,
+            &acks.errors,
+            &acks.lease_ids,
+            &acks.groups,
+        ];
+        params.extend(kv.params());
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/transaction.sql")).await?;
+        let row = client.query_one(&stmt, &params).await?;
+        drop(client);
+        let answer: Option<String> = row.try_get(0)?;
+        let answer =
+            answer.map(Json).ok_or_else(|| EngineError::Protocol("transaction answered NULL".into()))?;
+        queues.sort();
+        queues.dedup();
+        self.announce_pushes(queues);
+        Ok(answer)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn refused(body: &str) -> String {
+        match decode_bundle(body) {
+            Err(EngineError::Rejected { body, .. }) => body,
+            other => panic!("not rejected: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn slots_follow_operations_order_and_one_lease_is_lent() {
+        let pid = "01a23c37-da83-70ec-916f-db5e099885d6";
+        let b = decode_bundle(&format!(
+            r#"{{"operations":[{{"type":"ack","transactionId":"t","partitionId":"{pid}"}},
+                {{"type":"push","items":[{{"queue":"q"}},{{"queue":"r"}}]}}],
+               "requiredLeases":["ABC"],"kv":[{{"op":"get","ns":"a","key":"k"}}]}}"#
+        ))
+        .unwrap();
+        assert_eq!(b.acks[0].0, 0);
+        assert_eq!(b.pushes.iter().map(|(s, _)| *s).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(b.slots, 3);
+        assert_eq!(b.lent_lease.as_deref(), Some("abc"));
+        assert_eq!(b.kv.len(), 1);
+    }
+
+    #[test]
+    fn bad_bundles_are_named_as_before() {
+        assert!(refused("[]").contains("body must be a JSON object"));
+        assert!(refused(r#"{"operations":[{"type":"pop"}]}"#)
+            .contains(r#"operations[0].type must be \"push\" or \"ack\""#));
+        assert!(refused(r#"{"operations":[]}"#).contains("Transaction has no operations to commit"));
+        assert!(refused(r#"{"operations":[{"type":"push","items":[{"queue":""}]}]}"#)
+            .contains("items[0].queue is required"));
+        assert!(refused(r#"{"operations":[],"kv":{}}"#).contains("kv must be an array of kv operations"));
+        let many: Vec<String> = (0..65).map(|i| format!(r#"{{"op":"get","ns":"a","key":"k{i}"}}"#)).collect();
+        assert!(refused(&format!(r#"{{"operations":[],"kv":[{}]}}"#, many.join(","))).contains("at most 64"));
+    }
+}
