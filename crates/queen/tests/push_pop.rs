@@ -93,6 +93,28 @@ async fn duplicate_inside_one_request_is_a_duplicate_of_the_first_occurrence() {
     assert_eq!(popped["messages"][0]["data"], json!(1));
 }
 
+/// A push to one partition that exists takes the short path of
+/// `queen.push_rows`; it must keep the dedup window, in-call duplicates
+/// and offsets exactly as the general path does.
+#[tokio::test]
+async fn a_push_to_one_existing_partition_keeps_dedup_and_order() {
+    let b = TestBroker::start().await;
+    let warm = b.push("short", "p", &[("w", json!(0))]).await;
+    let pushed =
+        b.push("short", "p", &[("a", json!(1)), ("b", json!(2)), ("a", json!(3)), ("w", json!(4))]).await;
+    let statuses: Vec<&str> =
+        pushed.as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["queued", "queued", "duplicate", "duplicate"]);
+    assert_eq!(pushed[2]["message_id"], pushed[0]["message_id"]);
+    assert_eq!(pushed[3]["message_id"], warm[0]["message_id"]);
+    assert_eq!(pushed[3]["index"], 3);
+    let popped = b.pop_some("short", "batch=10").await;
+    assert_eq!(tx_ids(&popped), ["w", "a", "b"]);
+    assert_eq!(popped["messages"][1]["data"], json!(1));
+    assert_eq!(b.scalar("select count(*) from queen.messages").await, 3);
+    assert_eq!(b.scalar("select max(seq) from queen.messages").await, 2, "offsets 0, 1, 2 without a gap");
+}
+
 #[tokio::test]
 async fn same_transaction_id_on_another_partition_is_queued() {
     let b = TestBroker::start().await;

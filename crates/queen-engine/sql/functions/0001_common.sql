@@ -1,3 +1,10 @@
+-- Plan caching: the hot PL/pgSQL functions carry
+-- `SET plan_cache_mode = force_generic_plan`. Their statements take arrays
+-- and variables whose custom plans the planner judged cheaper than the
+-- generic one, so it re-planned every statement on every call (a third of
+-- a push's backend CPU in perf); the generic plans are the index plans the
+-- statements were written for.
+--
 -- Shared helpers. Every rule that refuses input raises one of two SQLSTATEs
 -- whose MESSAGE is the JSON body to answer with; the Rust side never edits it:
 --   QN400 bad request (HTTP 400), QN413 too large (HTTP 413),

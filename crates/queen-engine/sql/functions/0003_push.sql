@@ -21,12 +21,15 @@ DROP FUNCTION IF EXISTS queen.push_api(json);
 CREATE OR REPLACE FUNCTION queen.push_rows(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
   OUT result json, OUT queued text[])
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_txids text[];
   v_full text[] := '{}';
   r record;
   v_pid uuid;
+  v_win integer;
+  v_max_size integer;
+  v_next bigint;
 BEGIN
   IF coalesce(array_length(v_queues, 1), 0) = 0 THEN
     result := '[]'::json;
@@ -36,6 +39,52 @@ BEGIN
     RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
       'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
   END IF;
+
+  -- The common push: every item goes to one partition that exists, of a
+  -- queue without maxSize. Three short statements: lock the partition (and
+  -- read its offset), then dedup, insert and bump in one.
+  IF v_queues[1] = ALL (v_queues) AND v_parts[1] = ALL (v_parts) THEN
+    SELECT p.id, p.next_seq, q.dedup_window_seconds, q.max_size INTO v_pid, v_next, v_win, v_max_size
+      FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+     WHERE q.name = v_queues[1] AND p.name = v_parts[1]
+       FOR NO KEY UPDATE OF p;
+    IF v_pid IS NOT NULL AND v_max_size = 0 THEN
+      WITH items AS (
+        SELECT u.ord, u.txid, u.trace, u.payload,
+               min(u.ord) OVER (PARTITION BY u.txid) AS first_ord,
+               (SELECT m.id FROM queen.messages m
+                 WHERE m.partition_id = v_pid AND m.transaction_id = u.txid
+                   AND m.created_at > now() - make_interval(secs => v_win)
+                 ORDER BY m.seq DESC LIMIT 1) AS prior
+          FROM (SELECT coalesce(t, queen.uuid_v7()::text) AS txid, tr AS trace, pl AS payload, n AS ord
+                  FROM unnest(p_txids, v_traces, v_payloads) WITH ORDINALITY x(t, tr, pl, n)) u
+      ),
+      fresh AS (
+        SELECT i.ord, i.txid, i.trace, i.payload, row_number() OVER (ORDER BY i.ord) - 1 AS rn
+          FROM items i WHERE i.ord = i.first_ord AND i.prior IS NULL
+      ),
+      ins AS (
+        INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
+        SELECT v_pid, v_next + f.rn, queen.uuid_v7(), f.txid, f.trace, f.payload::json FROM fresh f
+        RETURNING transaction_id, id
+      ),
+      bump AS (
+        UPDATE queen.partitions p SET next_seq = v_next + c.n, last_push_at = now()
+          FROM (SELECT count(*) AS n FROM fresh) c
+         WHERE p.id = v_pid AND c.n > 0
+        RETURNING 1
+      )
+      SELECT json_agg(json_build_object('index', i.ord - 1, 'message_id', coalesce(ins.id, i.prior),
+               'transaction_id', i.txid, 'queueName', v_queues[1],
+               'status', CASE WHEN i.ord = i.first_ord AND i.prior IS NULL THEN 'queued' ELSE 'duplicate' END)
+               ORDER BY i.ord),
+             CASE WHEN count(ins.id) > 0 THEN ARRAY[v_queues[1]] END
+        INTO result, queued
+        FROM items i LEFT JOIN ins ON ins.transaction_id = i.txid;
+      RETURN;
+    END IF;
+  END IF;
+
   SELECT array_agg(coalesce(t, queen.uuid_v7()::text) ORDER BY n) INTO v_txids
     FROM unnest(p_txids) WITH ORDINALITY u(t, n);
 

@@ -6,7 +6,7 @@
 -- creating partitions (they hold FOR SHARE), so no partition misses a cursor.
 CREATE OR REPLACE FUNCTION queen.register_group(p_queue text, p_group text, p_mode text, p_from text)
 RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_mode text;
   v_from timestamptz;
@@ -82,7 +82,7 @@ CREATE OR REPLACE FUNCTION queen.pop(
   p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)
 RETURNS json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   q queen.queues;
   v_group text := coalesce(nullif(p_group, ''), '__QUEUE_MODE__');
@@ -178,7 +178,7 @@ CREATE OR REPLACE FUNCTION queen.pop_lane(
   q queen.queues, p_pid uuid, p_group text, p_max integer, p_lease uuid, p_lease_secs integer,
   p_auto_ack boolean)
 RETURNS json[]
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   lane record;
   v_batch json[];
@@ -251,7 +251,7 @@ END $$;
 -- POST /api/v1/lease/:leaseId/extend. Always an answer, never an error:
 -- a lease that is gone renews nothing and reports null expiries.
 CREATE OR REPLACE FUNCTION queen.extend_lease(p_lease text, p_seconds integer) RETURNS json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_lease uuid;
   v_count integer := 0;

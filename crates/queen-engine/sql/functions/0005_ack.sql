@@ -11,7 +11,7 @@ CREATE OR REPLACE FUNCTION queen.ack_rows(
   p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_leases text[], p_groups text[],
   p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
 RETURNS json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_n integer;
   v_res jsonb[];

@@ -82,7 +82,7 @@ END $$;
 -- Rows in key byte order, absent keys in request order; keys cut by the
 -- byte budget are in neither list.
 CREATE OR REPLACE FUNCTION queen.kv_get_many(p_ns text, p_keys text[], p_max_bytes bigint) RETURNS jsonb
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   r record;
   v_rows jsonb := '[]';
@@ -139,7 +139,11 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.kv_get_prefix(
   p_ns text, p_prefix text, p_after text, p_limit integer, p_keys_only boolean, p_max_bytes bigint)
 RETURNS jsonb
-LANGUAGE sql STABLE AS $$
+-- PL/pgSQL so the plan is cached (a SQL-language function called on its own
+-- is planned again on every call).
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+  RETURN (
   -- One index range scan of at most limit + 1 rows; the running byte sum
   -- decides where the page stops (at least one row when one exists). Both
   -- bounds are plain comparisons so they are index conditions even in a
@@ -167,8 +171,8 @@ LANGUAGE sql STABLE AS $$
     'rows', coalesce((SELECT jsonb_agg(queen.kv_row_json(p.k, NOT p_keys_only) ORDER BY p.rn) FROM page p), '[]'::jsonb),
     'truncated', (SELECT count(*) FROM scan) > (SELECT count(*) FROM page),
     'nextAfter', CASE WHEN (SELECT count(*) FROM scan) > (SELECT count(*) FROM page)
-                      THEN (SELECT (p.k).key FROM page p ORDER BY p.rn DESC LIMIT 1) END)
-$$;
+                      THEN (SELECT (p.k).key FROM page p ORDER BY p.rn DESC LIMIT 1) END));
+END $$;
 
 -- Every write of a key first takes a transaction-scoped advisory lock on
 -- the key, then draws its version. Writers of one key therefore draw in
@@ -188,7 +192,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen.kv_put(
   p_ns text, p_key text, p_value jsonb, p_ttl_seconds bigint, p_forever boolean, p_expect bigint)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_expires timestamptz := queen.kv_expiry(p_ttl_seconds, p_forever);
   v_version bigint;
@@ -233,7 +237,7 @@ $$;
 -- ("must not exist") is a legal expect that can never delete anything: a
 -- live key answers exists, an absent one absent.
 CREATE OR REPLACE FUNCTION queen.kv_delete(p_ns text, p_key text, p_expect bigint) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   k queen.kv;
 BEGIN
@@ -257,7 +261,7 @@ END $$;
 -- check: writes nothing. A held check keeps the row share-locked until the
 -- call commits, so a guard stays true for the rest of its transaction.
 CREATE OR REPLACE FUNCTION queen.kv_check(p_ns text, p_key text, p_expect bigint) RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   k queen.kv;
 BEGIN
@@ -289,7 +293,7 @@ CREATE OR REPLACE FUNCTION queen.kv_incr(
   p_ns text, p_key text, p_delta numeric, p_min numeric, p_max numeric,
   p_ttl_seconds bigint, p_forever boolean)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_expires timestamptz := queen.kv_expiry(p_ttl_seconds, p_forever);
   k queen.kv;

@@ -258,7 +258,7 @@ CREATE OR REPLACE FUNCTION queen.kv_apply(
   a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
   a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[], p_ctx jsonb)
 RETURNS json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_tx boolean := coalesce((p_ctx ->> 'tx')::boolean, false);
   v_offset integer := coalesce((p_ctx ->> 'offset')::integer, 0);

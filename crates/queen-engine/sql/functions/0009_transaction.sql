@@ -19,7 +19,7 @@ CREATE OR REPLACE FUNCTION queen.transaction_rows(
   a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
   a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[])
 RETURNS json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_push json := '[]';
   v_ack json := '[]';

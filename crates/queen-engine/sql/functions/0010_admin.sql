@@ -316,7 +316,7 @@ CREATE OR REPLACE FUNCTION queen.pop_api(
   p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)
 RETURNS json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
   IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
     RETURN NULL;
