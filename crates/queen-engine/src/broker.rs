@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
+use crate::batch::{BatchStats, GetBatcher};
 use crate::notifier::{self, Announcer, Waiters};
 use crate::{DbConfig, EngineError, Json};
 
@@ -31,6 +32,9 @@ pub struct EngineOptions {
     /// outside the pushing transaction). Off, their long polls find new
     /// messages at their next re-check (`poll_interval`).
     pub cross_broker_wakeups: bool,
+    /// Single-key KV gets that arrive together share one statement; this
+    /// many such statements may run at once (0: every get runs alone).
+    pub kv_get_batch_slots: usize,
 }
 
 impl Default for EngineOptions {
@@ -41,6 +45,7 @@ impl Default for EngineOptions {
             kv_sweep_interval: Some(Duration::from_secs(30)),
             kv_sweep_batch: 1000,
             cross_broker_wakeups: true,
+            kv_get_batch_slots: 4,
         }
     }
 }
@@ -93,6 +98,8 @@ pub struct Engine {
     pool: Pool,
     waiters: Arc<Waiters>,
     announcer: Arc<Announcer>,
+    get_batcher: Option<GetBatcher>,
+    batch_stats: Arc<BatchStats>,
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
     kv_pruned: Arc<AtomicU64>,
@@ -110,7 +117,10 @@ impl Engine {
         if let Some(every) = options.kv_sweep_interval {
             tokio::spawn(sweep(pool.clone(), every, options.kv_sweep_batch, kv_pruned.clone(), shutdown_rx));
         }
-        Ok(Engine { pool, waiters, announcer, shutdown, options, kv_pruned })
+        let batch_stats = Arc::new(BatchStats::default());
+        let get_batcher = (options.kv_get_batch_slots > 0)
+            .then(|| GetBatcher::start(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
+        Ok(Engine { pool, waiters, announcer, get_batcher, batch_stats, shutdown, options, kv_pruned })
     }
 
     pub(crate) fn pool(&self) -> &Pool {
@@ -119,6 +129,16 @@ impl Engine {
 
     pub(crate) fn kv_max_read_bytes(&self) -> i64 {
         self.options.kv_max_read_bytes
+    }
+
+    pub(crate) fn get_batcher(&self) -> Option<&GetBatcher> {
+        self.get_batcher.as_ref()
+    }
+
+    /// KV get batches this engine ran and the gets they carried (their
+    /// ratio is the mean batch size).
+    pub fn kv_get_batches(&self) -> (u64, u64) {
+        (self.batch_stats.batches.load(Ordering::Relaxed), self.batch_stats.items.load(Ordering::Relaxed))
     }
 
     /// Expired KV rows the sweeper of this engine has deleted.

@@ -444,7 +444,7 @@ fn element(op: &str, inner: &str) -> String {
 }
 
 /// The get element from the live row (or its absence).
-fn get_element(key: &str, row: Option<tokio_postgres::Row>) -> Result<String, EngineError> {
+pub(crate) fn get_element(key: &str, row: Option<tokio_postgres::Row>) -> Result<String, EngineError> {
     let key_json = serde_json::to_string(key).map_err(|e| EngineError::Protocol(e.to_string()))?;
     let Some(row) = row else {
         return Ok(format!("{{\"index\": 0, \"op\": \"get\", \"key\": {key_json}, \"found\": false}}"));
@@ -532,6 +532,9 @@ impl Engine {
 
     /// One checked op, one statement: no JSON is parsed in SQL.
     async fn kv_one(&self, op: &KvOp) -> Result<Json, EngineError> {
+        if let (KvOp::Get { ns, key }, Some(batcher)) = (op, self.get_batcher()) {
+            return Ok(Json(results(&batcher.get(ns, key).await?)));
+        }
         let client = self.pool().get().await?;
         let ttl = |e: &Expiry| match e {
             Expiry::Ttl(s) => Some(*s as i64),

@@ -15,6 +15,7 @@
 
 mod ack;
 mod admin;
+mod batch;
 mod broker;
 mod config;
 mod error;

@@ -129,6 +129,10 @@ struct ServeArgs {
     /// outside the pushing transaction; `false` leaves them to their re-check.
     #[arg(long, env = "QUEEN_CROSS_BROKER_WAKEUPS", default_value_t = true, action = clap::ArgAction::Set)]
     cross_broker_wakeups: bool,
+    /// Single-key KV gets that arrive together share one statement; at most this many such
+    /// statements run at once (0: every get runs alone).
+    #[arg(long, env = "QUEEN_KV_GET_BATCH_SLOTS", default_value_t = 4)]
+    kv_get_batch_slots: usize,
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -251,6 +255,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         kv_sweep_batch: args.kv_sweep_batch.max(1),
         poll_interval: Duration::from_millis(args.poll_interval_ms.max(1)),
         cross_broker_wakeups: args.cross_broker_wakeups,
+        kv_get_batch_slots: args.kv_get_batch_slots,
     };
     let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.

@@ -439,3 +439,43 @@ async fn embedded_kv_takes_the_wire_body_and_answers_the_wire_results() {
         other => panic!("expected Refused, got {other:?}"),
     }
 }
+
+/// Concurrent single-key gets share statements (the get batcher); every
+/// caller still gets exactly its own key's answer, found or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_gets_are_batched_and_each_answers_its_own_key() {
+    let b = TestBroker::start().await;
+    let options =
+        EngineOptions { kv_get_batch_slots: 1, kv_sweep_interval: None, ..EngineOptions::default() };
+    let engine = std::sync::Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"));
+    for i in 0..50 {
+        let op = put(&format!("g{i}"), &format!("{{\"n\": {i}.50}}"), Expiry::Forever);
+        assert!(matches!(engine.kv_ops(&[op]).await.expect("put"), KvOutcome::Done(_)));
+    }
+    let tasks: Vec<_> = (0..400)
+        .map(|t| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let key = format!("g{}", t % 60);
+                let answer = engine.kv(&format!(r#"[{{"op":"get","ns":"{NS}","key":"{key}"}}]"#)).await;
+                (t % 60, answer.expect("get").0)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (i, body) = task.await.expect("join");
+        let v: Value = serde_json::from_str(&body).expect("json");
+        let r = &v["results"][0];
+        assert_eq!(r["key"], format!("g{i}"));
+        if i < 50 {
+            assert_eq!(r["found"], true, "{body}");
+            // The value's text is kept: 12.50 stays 12.50.
+            assert!(body.contains(&format!("\"n\": {i}.50")), "{body}");
+        } else {
+            assert_eq!(r["found"], false, "{body}");
+        }
+    }
+    let (batches, items) = engine.kv_get_batches();
+    assert_eq!(items, 400);
+    assert!(batches < items, "{batches} batches for {items} gets: nothing was batched");
+}
