@@ -1,5 +1,5 @@
-//! Natural batching of KV gets: concurrent single-key gets share one
-//! statement and one round trip. A batch leaves as soon as a slot is free
+//! Natural batching of KV gets and of pushes: concurrent requests share one
+//! statement and one round trip (and, for pushes, one commit). A batch leaves as soon as a slot is free
 //! (no timer: a lone get waits for nothing), so under load the gets that
 //! arrived while every slot was busy go together, and PostgreSQL sees a few
 //! busy backends instead of one per client.
@@ -10,7 +10,8 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::kv::get_element;
-use crate::EngineError;
+use crate::push::{PushColumns, PushItem};
+use crate::{EngineError, Json};
 
 /// Most gets in one statement.
 const MAX_BATCH: usize = 256;
@@ -33,6 +34,8 @@ pub(crate) struct GetBatcher {
 pub(crate) struct BatchStats {
     pub(crate) batches: std::sync::atomic::AtomicU64,
     pub(crate) items: std::sync::atomic::AtomicU64,
+    pub(crate) push_batches: std::sync::atomic::AtomicU64,
+    pub(crate) push_requests: std::sync::atomic::AtomicU64,
 }
 
 impl GetBatcher {
@@ -124,4 +127,172 @@ async fn many(pool: &Pool, batch: &[Get]) -> Result<Vec<String>, EngineError> {
         }
     }
     batch.iter().zip(rows).map(|(g, row)| get_element(&g.key, row)).collect()
+}
+
+/// Most items, and payload bytes, in one batched push.
+const MAX_PUSH_ITEMS: usize = 1000;
+const MAX_PUSH_BYTES: usize = 4 * 1024 * 1024;
+
+/// What a committed push tells the engine: the queues that got messages.
+pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
+
+/// One waiting push request.
+struct Push {
+    items: Vec<PushItem>,
+    reply: oneshot::Sender<Result<Json, EngineError>>,
+}
+
+/// The front of the push batcher. Concurrent push requests share one
+/// statement and one commit; each gets the answer a call of its own would
+/// have had (dedup and maxSize judge the requests in arrival order), and
+/// only after the commit.
+#[derive(Clone)]
+pub(crate) struct PushBatcher {
+    tx: mpsc::UnboundedSender<Push>,
+}
+
+impl PushBatcher {
+    pub(crate) fn start(pool: Pool, slots: usize, announce: Announce, stats: Arc<BatchStats>) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(dispatch_pushes(pool, rx, Arc::new(Semaphore::new(slots.max(1))), announce, stats));
+        PushBatcher { tx }
+    }
+
+    pub(crate) async fn push(&self, items: Vec<PushItem>) -> Result<Json, EngineError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Push { items, reply })
+            .map_err(|_| EngineError::Unavailable("the engine is shutting down".into()))?;
+        rx.await.map_err(|_| EngineError::Unavailable("the push batch was dropped".into()))?
+    }
+}
+
+fn payload_bytes(p: &Push) -> usize {
+    p.items.iter().map(|i| i.payload.as_ref().map_or(0, |r| r.get().len())).sum()
+}
+
+async fn dispatch_pushes(
+    pool: Pool,
+    mut rx: mpsc::UnboundedReceiver<Push>,
+    slots: Arc<Semaphore>,
+    announce: Announce,
+    stats: Arc<BatchStats>,
+) {
+    // A request that did not fit the last batch opens the next one.
+    let mut held: Option<Push> = None;
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else { return };
+        let first = match held.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        let (mut items, mut bytes) = (first.items.len(), payload_bytes(&first));
+        let mut batch = vec![first];
+        while let Ok(p) = rx.try_recv() {
+            let (n, b) = (p.items.len(), payload_bytes(&p));
+            if items + n > MAX_PUSH_ITEMS || bytes + b > MAX_PUSH_BYTES {
+                held = Some(p);
+                break;
+            }
+            items += n;
+            bytes += b;
+            batch.push(p);
+        }
+        stats.push_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        stats.push_requests.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        let (pool, announce) = (pool.clone(), announce.clone());
+        tokio::spawn(async move {
+            run_pushes(&pool, batch, &announce).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn run_pushes(pool: &Pool, mut batch: Vec<Push>, announce: &Announce) {
+    if batch.len() == 1 {
+        if let Some(p) = batch.pop() {
+            let answer = push_call(pool, p.items, None, announce).await;
+            let _ = p.reply.send(answer);
+        }
+        return;
+    }
+    let counts: Vec<usize> = batch.iter().map(|p| p.items.len()).collect();
+    let mut requests = Vec::new();
+    let mut all = Vec::new();
+    let mut replies = Vec::with_capacity(batch.len());
+    for (n, p) in batch.into_iter().enumerate() {
+        requests.extend(std::iter::repeat_n(n as i32, p.items.len()));
+        all.extend(p.items.iter().cloned());
+        replies.push(p);
+    }
+    match push_call(pool, all, Some(requests), announce).await.and_then(|json| split(&json, &counts)) {
+        Ok(answers) => {
+            for (p, a) in replies.into_iter().zip(answers) {
+                let _ = p.reply.send(Ok(a));
+            }
+        }
+        // The database may have committed before the connection dropped:
+        // each caller hears the failure and resends (transaction ids dedup).
+        Err(EngineError::Unavailable(m)) => {
+            for p in replies {
+                let _ = p.reply.send(Err(EngineError::Unavailable(m.clone())));
+            }
+        }
+        // The statement failed and rolled back: each request alone, so one
+        // poison request fails by itself.
+        Err(_) => {
+            for p in replies {
+                let answer = push_call(pool, p.items, None, announce).await;
+                let _ = p.reply.send(answer);
+            }
+        }
+    }
+}
+
+async fn push_call(
+    pool: &Pool,
+    items: Vec<PushItem>,
+    requests: Option<Vec<i32>>,
+    announce: &Announce,
+) -> Result<Json, EngineError> {
+    let c = PushColumns::of(items);
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[&c.queues, &c.partitions, &c.transaction_ids, &c.trace_ids, &c.payloads, &requests],
+        )
+        .await?;
+    drop(client);
+    let result: Option<String> = row.try_get(0)?;
+    let queued: Option<Vec<String>> = row.try_get(1)?;
+    if let Some(queues) = queued {
+        announce(queues);
+    }
+    result.map(Json).ok_or_else(|| EngineError::Protocol("push answered NULL".into()))
+}
+
+/// The batch's result array cut into each request's own, indexes from 0.
+fn split(json: &Json, counts: &[usize]) -> Result<Vec<Json>, EngineError> {
+    let all: Vec<serde_json::Value> = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
+    if all.len() != counts.iter().sum::<usize>() {
+        return Err(EngineError::Protocol("push answered a result per item of another batch".into()));
+    }
+    let mut rest = all.into_iter();
+    counts
+        .iter()
+        .map(|&n| {
+            let mut mine: Vec<serde_json::Value> = rest.by_ref().take(n).collect();
+            for (i, r) in mine.iter_mut().enumerate() {
+                if let Some(obj) = r.as_object_mut() {
+                    obj.insert("index".into(), i.into());
+                }
+            }
+            serde_json::to_string(&mine).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
+        })
+        .collect()
 }

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
-use crate::batch::{BatchStats, GetBatcher};
+use crate::batch::{BatchStats, GetBatcher, PushBatcher};
 use crate::notifier::{self, Announcer, Waiters};
 use crate::{DbConfig, EngineError, Json};
 
@@ -35,6 +35,9 @@ pub struct EngineOptions {
     /// Single-key KV gets that arrive together share one statement; this
     /// many such statements may run at once (0: every get runs alone).
     pub kv_get_batch_slots: usize,
+    /// Concurrent push requests share one statement and one commit; this
+    /// many such statements may run at once (at least 1).
+    pub push_batch_slots: usize,
 }
 
 impl Default for EngineOptions {
@@ -46,6 +49,7 @@ impl Default for EngineOptions {
             kv_sweep_batch: 1000,
             cross_broker_wakeups: true,
             kv_get_batch_slots: 4,
+            push_batch_slots: 4,
         }
     }
 }
@@ -99,6 +103,7 @@ pub struct Engine {
     waiters: Arc<Waiters>,
     announcer: Arc<Announcer>,
     get_batcher: Option<GetBatcher>,
+    push_batcher: PushBatcher,
     batch_stats: Arc<BatchStats>,
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
@@ -120,7 +125,26 @@ impl Engine {
         let batch_stats = Arc::new(BatchStats::default());
         let get_batcher = (options.kv_get_batch_slots > 0)
             .then(|| GetBatcher::start(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
-        Ok(Engine { pool, waiters, announcer, get_batcher, batch_stats, shutdown, options, kv_pruned })
+        let announce: crate::batch::Announce = {
+            let (waiters, announcer) = (waiters.clone(), announcer.clone());
+            Arc::new(move |queues: Vec<String>| {
+                waiters.wake(queues.iter().map(String::as_str));
+                announcer.add(queues);
+            })
+        };
+        let push_batcher =
+            PushBatcher::start(pool.clone(), options.push_batch_slots, announce, batch_stats.clone());
+        Ok(Engine {
+            pool,
+            waiters,
+            announcer,
+            get_batcher,
+            push_batcher,
+            batch_stats,
+            shutdown,
+            options,
+            kv_pruned,
+        })
     }
 
     pub(crate) fn pool(&self) -> &Pool {
@@ -129,6 +153,18 @@ impl Engine {
 
     pub(crate) fn kv_max_read_bytes(&self) -> i64 {
         self.options.kv_max_read_bytes
+    }
+
+    pub(crate) fn push_batcher(&self) -> &PushBatcher {
+        &self.push_batcher
+    }
+
+    /// Push batches this engine ran and the requests they carried.
+    pub fn push_batches(&self) -> (u64, u64) {
+        (
+            self.batch_stats.push_batches.load(Ordering::Relaxed),
+            self.batch_stats.push_requests.load(Ordering::Relaxed),
+        )
     }
 
     pub(crate) fn get_batcher(&self) -> Option<&GetBatcher> {

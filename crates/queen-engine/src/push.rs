@@ -124,23 +124,12 @@ impl Engine {
     }
 
     /// Pushes checked items; answers the per-item results array (201 body).
+    /// Concurrent calls share a statement and a commit (the push batcher).
     pub async fn push_items(&self, items: Vec<PushItem>) -> Result<Json, EngineError> {
         if items.is_empty() {
             return Ok(Json("[]".into()));
         }
-        let c = PushColumns::of(items);
-        let client = self.pool().get().await?;
-        let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
-        let row = client
-            .query_one(&stmt, &[&c.queues, &c.partitions, &c.transaction_ids, &c.trace_ids, &c.payloads])
-            .await?;
-        drop(client);
-        let result: Option<String> = row.try_get(0)?;
-        let queued: Option<Vec<String>> = row.try_get(1)?;
-        if let Some(queues) = queued {
-            self.announce_pushes(queues);
-        }
-        result.map(Json).ok_or_else(|| EngineError::Protocol("push answered NULL".into()))
+        self.push_batcher().push(items).await
     }
 }
 

@@ -18,9 +18,13 @@
 -- one coalesced notification outside this transaction (`queued` lists the
 -- queues that received a message).
 DROP FUNCTION IF EXISTS queen.push_api(json);
+DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[]);
+-- p_requests numbers the request each item came from when the engine's push
+-- batcher sends several requests in one call (NULL: one request): maxSize
+-- then judges each request in turn, as if they had come one after another.
 CREATE OR REPLACE FUNCTION queen.push_rows(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
-  OUT result json, OUT queued text[])
+  p_requests integer[], OUT result json, OUT queued text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_txids text[];
@@ -30,6 +34,8 @@ DECLARE
   v_win integer;
   v_max_size integer;
   v_next bigint;
+  v_backlog bigint;
+  rq record;
 BEGIN
   IF coalesce(array_length(v_queues, 1), 0) = 0 THEN
     result := '[]'::json;
@@ -126,24 +132,40 @@ BEGIN
     FOR NO KEY UPDATE OF p;
 
   -- maxSize: the backlog of the queue-mode cursor may not pass the limit.
+  -- Requests are judged in order; a refused one adds nothing to the backlog.
+  -- v_full holds "queue <US> request" for each refused pair.
   FOR r IN
-    SELECT q.id, q.name, q.max_size, count(*) AS incoming
-      FROM unnest(v_queues) u(qn) JOIN queen.queues q ON q.name = u.qn
+    SELECT q.id, q.name, q.max_size
+      FROM (SELECT DISTINCT u.qn FROM unnest(v_queues) u(qn)) u JOIN queen.queues q ON q.name = u.qn
      WHERE q.max_size > 0
-     GROUP BY q.id, q.name, q.max_size
   LOOP
-    IF (SELECT coalesce(sum(p.next_seq - coalesce(c.next_seq, 0)), 0)
-          FROM queen.partitions p
-          LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
-         WHERE p.queue_id = r.id) + r.incoming > r.max_size THEN
-      v_full := v_full || r.name;
-    END IF;
+    SELECT coalesce(sum(p.next_seq - coalesce(c.next_seq, 0)), 0) INTO v_backlog
+      FROM queen.partitions p
+      LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+     WHERE p.queue_id = r.id;
+    FOR rq IN
+      SELECT coalesce(u.req, 0) AS req, count(*) AS incoming
+        FROM unnest(v_queues, p_requests) u(qn, req)
+       WHERE u.qn = r.name
+       GROUP BY 1 ORDER BY 1
+    LOOP
+      IF v_backlog + rq.incoming > r.max_size THEN
+        v_full := v_full || (r.name || chr(31) || rq.req);
+      ELSE
+        v_backlog := v_backlog + rq.incoming;
+      END IF;
+    END LOOP;
   END LOOP;
 
-  WITH items AS (
-    SELECT u.ord, u.qn, u.pn, u.txid, u.trace, u.payload, p.id AS pid, q.dedup_window_seconds AS win,
-           min(u.ord) OVER (PARTITION BY p.id, u.txid) AS first_ord
-      FROM unnest(v_queues, v_parts, v_txids, v_traces, v_payloads) WITH ORDINALITY u(qn, pn, txid, trace, payload, ord)
+  WITH judged AS (
+    SELECT u.*, (u.qn || chr(31) || coalesce(u.req, 0)) = ANY (v_full) AS full
+      FROM unnest(v_queues, v_parts, v_txids, v_traces, v_payloads, p_requests)
+           WITH ORDINALITY u(qn, pn, txid, trace, payload, req, ord)
+  ),
+  items AS (
+    SELECT u.ord, u.qn, u.pn, u.txid, u.trace, u.payload, u.full, p.id AS pid, q.dedup_window_seconds AS win,
+           min(u.ord) FILTER (WHERE NOT u.full) OVER (PARTITION BY p.id, u.txid) AS first_ord
+      FROM judged u
       JOIN queen.queues q ON q.name = u.qn
       JOIN queen.partitions p ON p.queue_id = q.id AND p.name = u.pn
   ),
@@ -158,7 +180,7 @@ BEGIN
     SELECT i.*, row_number() OVER (PARTITION BY i.pid ORDER BY i.ord) - 1 AS rn
       FROM items i
      WHERE i.ord = i.first_ord
-       AND NOT (i.qn = ANY (v_full))
+       AND NOT i.full
        AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.ord = i.ord)
   ),
   ins AS (
@@ -176,7 +198,7 @@ BEGIN
     RETURNING p.id
   )
   SELECT json_agg(
-           CASE WHEN i.qn = ANY (v_full) THEN
+           CASE WHEN i.full THEN
              json_build_object('index', i.ord - 1, 'message_id', NULL, 'transaction_id', i.txid,
                'queueName', i.qn, 'status', 'failed',
                'error', 'Queue ''' || i.qn || ''' would exceed max capacity')
@@ -246,5 +268,5 @@ BEGIN
     INTO v_queues, v_parts, v_txids, v_traces, v_payloads
     FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord);
 
-  RETURN (SELECT r.result FROM queen.push_rows(v_queues, v_parts, v_txids, v_traces, v_payloads) r);
+  RETURN (SELECT r.result FROM queen.push_rows(v_queues, v_parts, v_txids, v_traces, v_payloads, NULL) r);
 END $$;

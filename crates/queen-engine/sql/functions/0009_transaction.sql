@@ -29,7 +29,7 @@ DECLARE
 BEGIN
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
     -- queen.push_rows refuses while push is paused.
-    SELECT x.result INTO v_push FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads) x;
+    SELECT x.result INTO v_push FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL) x;
     SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
     IF r.x IS NOT NULL THEN
       RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
