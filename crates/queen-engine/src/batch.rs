@@ -214,51 +214,48 @@ async fn dispatch_pushes(
 async fn run_pushes(pool: &Pool, mut batch: Vec<Push>, announce: &Announce) {
     if batch.len() == 1 {
         if let Some(p) = batch.pop() {
-            let answer = push_call(pool, p.items, None, announce).await;
+            let answer = push_call(pool, PushColumns::of(&p.items), None, announce).await;
             let _ = p.reply.send(answer);
         }
         return;
     }
     let counts: Vec<usize> = batch.iter().map(|p| p.items.len()).collect();
-    let mut requests = Vec::new();
-    let mut all = Vec::new();
-    let mut replies = Vec::with_capacity(batch.len());
-    for (n, p) in batch.into_iter().enumerate() {
-        requests.extend(std::iter::repeat_n(n as i32, p.items.len()));
-        all.extend(p.items.iter().cloned());
-        replies.push(p);
-    }
-    match push_call(pool, all, Some(requests), announce).await.and_then(|json| split(&json, &counts)) {
+    let requests: Vec<i32> =
+        counts.iter().enumerate().flat_map(|(n, &c)| std::iter::repeat_n(n as i32, c)).collect();
+    let cols = PushColumns::of(batch.iter().flat_map(|p| p.items.iter()));
+    let outcome =
+        push_call(pool, cols, Some(requests), announce).await.and_then(|json| split(&json, &counts));
+    match outcome {
         Ok(answers) => {
-            for (p, a) in replies.into_iter().zip(answers) {
+            for (p, a) in batch.into_iter().zip(answers) {
                 let _ = p.reply.send(Ok(a));
             }
         }
         // The database may have committed before the connection dropped:
         // each caller hears the failure and resends (transaction ids dedup).
         Err(EngineError::Unavailable(m)) => {
-            for p in replies {
+            for p in batch {
                 let _ = p.reply.send(Err(EngineError::Unavailable(m.clone())));
             }
         }
         // The statement failed and rolled back: each request alone, so one
         // poison request fails by itself.
         Err(_) => {
-            for p in replies {
-                let answer = push_call(pool, p.items, None, announce).await;
+            for p in batch {
+                let answer = push_call(pool, PushColumns::of(&p.items), None, announce).await;
                 let _ = p.reply.send(answer);
             }
         }
     }
 }
 
-async fn push_call(
+/// One `push_rows` call; announces the queues that got messages after the commit.
+pub(crate) async fn push_call(
     pool: &Pool,
-    items: Vec<PushItem>,
+    c: PushColumns<'_>,
     requests: Option<Vec<i32>>,
     announce: &Announce,
 ) -> Result<Json, EngineError> {
-    let c = PushColumns::of(items);
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
     let row = client

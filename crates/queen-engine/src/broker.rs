@@ -125,13 +125,7 @@ impl Engine {
         let batch_stats = Arc::new(BatchStats::default());
         let get_batcher = (options.kv_get_batch_slots > 0)
             .then(|| GetBatcher::start(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
-        let announce: crate::batch::Announce = {
-            let (waiters, announcer) = (waiters.clone(), announcer.clone());
-            Arc::new(move |queues: Vec<String>| {
-                waiters.wake(queues.iter().map(String::as_str));
-                announcer.add(queues);
-            })
-        };
+        let announce = announce_fn(&waiters, &announcer);
         let push_batcher =
             PushBatcher::start(pool.clone(), options.push_batch_slots, announce, batch_stats.clone());
         Ok(Engine {
@@ -153,6 +147,11 @@ impl Engine {
 
     pub(crate) fn kv_max_read_bytes(&self) -> i64 {
         self.options.kv_max_read_bytes
+    }
+
+    /// What a committed push calls with the queues that got messages.
+    pub(crate) fn announce_fn(&self) -> crate::batch::Announce {
+        announce_fn(&self.waiters, &self.announcer)
     }
 
     pub(crate) fn push_batcher(&self) -> &PushBatcher {
@@ -204,8 +203,7 @@ impl Engine {
     /// After a commit that pushed to `queues`: wakes this engine's long
     /// polls now and tells the other brokers shortly.
     pub(crate) fn announce_pushes(&self, queues: Vec<String>) {
-        self.waiters.wake(queues.iter().map(String::as_str));
-        self.announcer.add(queues);
+        self.announce_fn()(queues);
     }
 
     /// Queues that have a long poll waiting in this process.
@@ -363,6 +361,15 @@ impl Engine {
         self.shutdown();
         self.pool.close();
     }
+}
+
+/// Wakes this engine's long polls on `queues` and queues them for the other brokers.
+fn announce_fn(waiters: &Arc<Waiters>, announcer: &Arc<Announcer>) -> crate::batch::Announce {
+    let (waiters, announcer) = (waiters.clone(), announcer.clone());
+    Arc::new(move |queues: Vec<String>| {
+        waiters.wake(queues.iter().map(String::as_str));
+        announcer.add(queues);
+    })
 }
 
 /// The KV sweeper: deletes expired rows in bounded batches. Safe with many

@@ -87,35 +87,39 @@ fn optional_name(
     }
 }
 
-/// The typed arrays `queen.push_rows` takes.
-pub(crate) struct PushColumns {
-    pub queues: Vec<String>,
-    pub partitions: Vec<String>,
-    pub transaction_ids: Vec<Option<String>>,
-    pub trace_ids: Vec<Option<String>>,
-    pub payloads: Vec<Option<String>>,
+/// The typed arrays `queen.push_rows` takes, borrowed from the items.
+pub(crate) struct PushColumns<'a> {
+    pub queues: Vec<&'a str>,
+    pub partitions: Vec<&'a str>,
+    pub transaction_ids: Vec<Option<&'a str>>,
+    pub trace_ids: Vec<Option<&'a str>>,
+    pub payloads: Vec<Option<&'a str>>,
 }
 
-impl PushColumns {
-    pub(crate) fn of(items: Vec<PushItem>) -> Self {
-        let n = items.len();
+impl<'a> PushColumns<'a> {
+    pub(crate) fn of(items: impl IntoIterator<Item = &'a PushItem>) -> Self {
         let mut c = PushColumns {
-            queues: Vec::with_capacity(n),
-            partitions: Vec::with_capacity(n),
-            transaction_ids: Vec::with_capacity(n),
-            trace_ids: Vec::with_capacity(n),
-            payloads: Vec::with_capacity(n),
+            queues: Vec::new(),
+            partitions: Vec::new(),
+            transaction_ids: Vec::new(),
+            trace_ids: Vec::new(),
+            payloads: Vec::new(),
         };
         for it in items {
-            c.queues.push(it.queue);
-            c.partitions.push(it.partition);
-            c.transaction_ids.push(it.transaction_id);
-            c.trace_ids.push(it.trace_id);
-            c.payloads.push(it.payload.map(|p| String::from(Box::<str>::from(p))));
+            c.queues.push(&it.queue);
+            c.partitions.push(&it.partition);
+            c.transaction_ids.push(it.transaction_id.as_deref());
+            c.trace_ids.push(it.trace_id.as_deref());
+            c.payloads.push(it.payload.as_ref().map(|p| p.get()));
         }
         c
     }
 }
+
+/// Requests with more items than this run alone: they already share their
+/// own commit, and batching them would turn one-partition pushes into the
+/// slower many-partition path.
+const BATCH_AT_MOST_ITEMS: usize = 16;
 
 impl Engine {
     /// Pushes a JSON array of items; answers the per-item results array.
@@ -128,6 +132,10 @@ impl Engine {
     pub async fn push_items(&self, items: Vec<PushItem>) -> Result<Json, EngineError> {
         if items.is_empty() {
             return Ok(Json("[]".into()));
+        }
+        if items.len() > BATCH_AT_MOST_ITEMS {
+            return crate::batch::push_call(self.pool(), PushColumns::of(&items), None, &self.announce_fn())
+                .await;
         }
         self.push_batcher().push(items).await
     }

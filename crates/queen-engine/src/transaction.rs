@@ -133,7 +133,7 @@ impl Engine {
         let tx_id = uuid::Uuid::new_v4().to_string();
         let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.into_iter().unzip();
         let mut queues: Vec<String> = items.iter().map(|i| i.queue.clone()).collect();
-        let push = PushColumns::of(items);
+        let push = PushColumns::of(&items);
         let mut acks = AckColumns::default();
         let mut ack_slots = Vec::with_capacity(bundle.acks.len());
         for (s, a) in bundle.acks {
