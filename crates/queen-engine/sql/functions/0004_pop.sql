@@ -4,9 +4,10 @@
 -- group's stored position wins over whatever later pops send.
 -- Locks: the queue row FOR NO KEY UPDATE, which waits for pushes that are
 -- creating partitions (they hold FOR SHARE), so no partition misses a cursor.
+-- Called from queen.pop only, whose plan_cache_mode setting it runs under.
 CREATE OR REPLACE FUNCTION queen.register_group(p_queue text, p_group text, p_mode text, p_from text)
 RETURNS void
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   v_mode text;
   v_from timestamptz;
@@ -109,7 +110,10 @@ BEGIN
     PERFORM queen.bad_request('leaseSeconds', 'must be a positive integer');
   END IF;
 
-  PERFORM queen.register_group(p_queue, v_group, p_sub_mode, p_sub_from);
+  -- A registered group's position is fixed; only a first pop registers.
+  IF NOT EXISTS (SELECT 1 FROM queen.consumer_groups WHERE queue_name = p_queue AND name = v_group) THEN
+    PERFORM queen.register_group(p_queue, v_group, p_sub_mode, p_sub_from);
+  END IF;
   SELECT * INTO q FROM queen.queues WHERE name = p_queue;
   IF q.id IS NULL THEN
     RETURN NULL;
@@ -174,11 +178,12 @@ END $$;
 -- the partition FOR NO KEY UPDATE until commit, keeps the row): then no
 -- push or seek can have given the lane a backlog that this call cannot see,
 -- and any later one adds the row again through its trigger.
+-- Called from queen.pop only, whose plan_cache_mode setting it runs under.
 CREATE OR REPLACE FUNCTION queen.pop_lane(
   q queen.queues, p_pid uuid, p_group text, p_max integer, p_lease uuid, p_lease_secs integer,
   p_auto_ack boolean)
 RETURNS json[]
-LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
   lane record;
   v_batch json[];
