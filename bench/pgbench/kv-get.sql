@@ -1,4 +1,6 @@
--- KV get: the SQL twin of POST /api/v1/kv {operations:[{op:get}]}.
+-- KV get: the SQL twin of POST /api/v1/kv {operations:[{op:get}]}: the
+-- engine's statement for one get (statements/kv_get.sql).
 \set k random(1, 10000)
-SELECT queen.kv_batch(('{"operations":[{"op":"get","ns":"bench","key":"k:' || :k || '"}]}')::json,
-                      '{"maxReadBytes":4194304}'::jsonb);
+SELECT value::text, version, queen.iso(expires_at), queen.iso(updated_at)
+  FROM queen.kv
+ WHERE ns = 'bench' AND key = 'k:' || :k AND (expires_at IS NULL OR expires_at > now());

@@ -6,6 +6,6 @@
 SELECT r::jsonb -> 'messages' -> 0 ->> 'transactionId' AS tx, r::jsonb ->> 'partitionId' AS pid,
        r::jsonb ->> 'leaseId' AS lease
   FROM queen.pop('bench-any', NULL, NULL, 1, 1, NULL, false, NULL, NULL) r \gset
-SELECT queen.ack(json_build_array(json_build_object('transactionId', :tx::text, 'partitionId', :pid::text,
-                                                    'leaseId', :lease::text, 'status', 'completed')), NULL)
+SELECT queen.ack_rows(ARRAY[:tx::text], ARRAY[nullif(:pid::text, '')::uuid], ARRAY['completed'],
+                      ARRAY[NULL::text], ARRAY[:lease::text], ARRAY['__QUEUE_MODE__'])::text
  WHERE nullif(:tx::text, '') IS NOT NULL;

@@ -1,4 +1,6 @@
--- push, batch 10: the SQL twin of POST /api/v1/push with 10 items.
-SELECT queen.push((SELECT json_agg(json_build_object('queue', 'bench', 'partition', 'p' || :client_id,
-                                                    'payload', json_build_object('n', 1)))
-                     FROM generate_series(1, 10)));
+-- push, batch 10: the SQL twin of POST /api/v1/push with 10 items, as the
+-- engine sends them (statements/push.sql: typed arrays, one element per item).
+SELECT result::text, queued
+  FROM queen.push_rows(array_fill('bench'::text, ARRAY[10]), array_fill('p' || :client_id, ARRAY[10]),
+                       array_fill(NULL::text, ARRAY[10]), array_fill(NULL::text, ARRAY[10]),
+                       array_fill('{"n":1}'::text, ARRAY[10]), NULL);

@@ -1,4 +1,6 @@
--- push, batch 100: the SQL twin of POST /api/v1/push with 100 items.
-SELECT queen.push((SELECT json_agg(json_build_object('queue', 'bench', 'partition', 'p' || :client_id,
-                                                    'payload', json_build_object('n', 1)))
-                     FROM generate_series(1, 100)));
+-- push, batch 100: the SQL twin of POST /api/v1/push with 100 items, as the
+-- engine sends them (statements/push.sql: typed arrays, one element per item).
+SELECT result::text, queued
+  FROM queen.push_rows(array_fill('bench'::text, ARRAY[100]), array_fill('p' || :client_id, ARRAY[100]),
+                       array_fill(NULL::text, ARRAY[100]), array_fill(NULL::text, ARRAY[100]),
+                       array_fill('{"n":1}'::text, ARRAY[100]), NULL);

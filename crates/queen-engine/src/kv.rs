@@ -1,6 +1,6 @@
 //! KV state. Every call, HTTP or embedded, is decoded and checked once by
 //! `kv_decode`; a call of one op then runs one typed statement of its own
-//! (`sql/statements/kv_*.sql`), a call of several runs `queen.kv_batch`,
+//! (`sql/statements/kv_*.sql`), a call of several runs `queen.kv_apply`,
 //! which applies them in one transaction in a deadlock-free order.
 
 use serde::{Deserialize, Serialize};
@@ -206,7 +206,7 @@ impl KvOp {
 }
 
 /// Text PostgreSQL's `json` refuses although it is JSON (a lone surrogate
-/// such as `"\ud800"`) fails the cast with 22P02 before `queen.kv_batch`
+/// such as `"\ud800"`) fails the cast with 22P02 before `queen.kv_apply`
 /// runs: it is bad input, answered in the KV envelope, not a 500.
 pub(crate) fn kv_input_error(e: EngineError) -> EngineError {
     match e {

@@ -1,5 +1,6 @@
 //! KV state through the embedded API (`Engine::kv_ops` / `Engine::kv`): the
-//! same rules as the HTTP route, because both call `queen.kv_batch`.
+//! same rules as the HTTP route, because both go through the engine's one
+//! decoder (`kv_decode`) and the same statements.
 mod common;
 
 use std::time::Duration;

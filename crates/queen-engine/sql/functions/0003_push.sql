@@ -18,6 +18,8 @@
 -- one coalesced notification outside this transaction (`queued` lists the
 -- queues that received a message).
 DROP FUNCTION IF EXISTS queen.push_api(json);
+-- The JSON entry point is gone: the engine checks items (push.rs) and passes arrays.
+DROP FUNCTION IF EXISTS queen.push(json);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[]);
 -- p_requests numbers the request each item came from when the engine's push
 -- batcher sends several requests in one call (NULL: one request): maxSize
@@ -212,61 +214,4 @@ BEGIN
     FROM items i
     LEFT JOIN prior pr ON pr.ord = i.first_ord
     LEFT JOIN ins ON ins.partition_id = i.pid AND ins.transaction_id = i.txid;
-END $$;
-
--- The push half of a transaction bundle, whose items arrive as JSON:
--- checks them as the engine does, then queen.push_rows.
-CREATE OR REPLACE FUNCTION queen.push(p_items json) RETURNS json
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_bad record;
-  v_queues text[];
-  v_parts text[];
-  v_txids text[];
-  v_traces text[];
-  v_payloads text[];
-BEGIN
-  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
-    PERFORM queen.bad_request('items', 'must be an array');
-  END IF;
-  IF json_array_length(p_items) = 0 THEN
-    RETURN '[]'::json;
-  END IF;
-
-  -- Shape of every item, reported by its index.
-  SELECT e.ord - 1 AS idx,
-         CASE
-           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
-           WHEN json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
-             THEN ARRAY['.queue', 'is required and must be a non-empty string']
-           WHEN length(e.item ->> 'queue') > 255 THEN ARRAY['.queue', 'must be at most 255 characters']
-           WHEN json_typeof(e.item -> 'partition') NOT IN ('string', 'null')
-             OR e.item ->> 'partition' = '' THEN ARRAY['.partition', 'must be a non-empty string']
-           WHEN length(e.item ->> 'partition') > 255 THEN ARRAY['.partition', 'must be at most 255 characters']
-           WHEN json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null')
-             OR e.item ->> 'transactionId' = '' THEN ARRAY['.transactionId', 'must be a non-empty string']
-         END AS problem
-    INTO v_bad
-    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
-   WHERE json_typeof(e.item) <> 'object'
-      OR json_typeof(e.item -> 'queue') IS DISTINCT FROM 'string' OR e.item ->> 'queue' = ''
-      OR length(e.item ->> 'queue') > 255
-      OR json_typeof(e.item -> 'partition') NOT IN ('string', 'null') OR e.item ->> 'partition' = ''
-      OR length(e.item ->> 'partition') > 255
-      OR json_typeof(e.item -> 'transactionId') NOT IN ('string', 'null') OR e.item ->> 'transactionId' = ''
-   ORDER BY e.ord
-   LIMIT 1;
-  IF v_bad.idx IS NOT NULL THEN
-    PERFORM queen.bad_request('items[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
-  END IF;
-
-  SELECT array_agg(e.item ->> 'queue' ORDER BY e.ord),
-         array_agg(coalesce(e.item ->> 'partition', 'Default') ORDER BY e.ord),
-         array_agg(e.item ->> 'transactionId' ORDER BY e.ord),
-         array_agg(CASE WHEN json_typeof(e.item -> 'traceId') = 'string' THEN e.item ->> 'traceId' END ORDER BY e.ord),
-         array_agg((e.item -> 'payload')::text ORDER BY e.ord)
-    INTO v_queues, v_parts, v_txids, v_traces, v_payloads
-    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord);
-
-  RETURN (SELECT r.result FROM queen.push_rows(v_queues, v_parts, v_txids, v_traces, v_payloads, NULL) r);
 END $$;

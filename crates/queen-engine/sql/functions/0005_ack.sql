@@ -5,6 +5,9 @@
 -- Locks: cursor rows FOR UPDATE, one (partition, group) at a time in
 -- (partition id, group) order, so concurrent batch acks never deadlock.
 
+-- The JSON entry point is gone: the engine checks acks (ack.rs) and passes arrays.
+DROP FUNCTION IF EXISTS queen.ack(json, text, text, text);
+
 -- The ack itself, on checked items (the engine decodes them, crates/queen-engine/src/ack.rs):
 -- one element per item; p_groups are resolved (item, call, or queue mode).
 CREATE OR REPLACE FUNCTION queen.ack_rows(
@@ -154,72 +157,4 @@ BEGIN
   END LOOP;
 
   RETURN (SELECT json_agg(r ORDER BY n) FROM unnest(v_res) WITH ORDINALITY u(r, n));
-END $$;
-
--- The ack of items that arrive as JSON (the transaction bundle's acks, psql):
--- checks them as the engine does, then queen.ack_rows.
-CREATE OR REPLACE FUNCTION queen.ack(
-  p_items json, p_group text, p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
-RETURNS json
-LANGUAGE plpgsql AS $$
-DECLARE
-  v_bad record;
-  v_n integer;
-  a_txids text[];
-  a_pids uuid[];
-  a_statuses text[];
-  a_errors text[];
-  a_leases text[];
-  a_groups text[];
-BEGIN
-  IF json_typeof(p_items) IS DISTINCT FROM 'array' THEN
-    PERFORM queen.bad_request('acknowledgments', 'must be an array');
-  END IF;
-  v_n := json_array_length(p_items);
-  IF v_n = 0 THEN
-    RETURN '[]'::json;
-  END IF;
-
-  SELECT e.ord - 1 AS idx,
-         CASE
-           WHEN json_typeof(e.item) <> 'object' THEN ARRAY['', 'must be an object']
-           WHEN json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
-             THEN ARRAY['.transactionId', 'is required and must be a non-empty string']
-           WHEN json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
-             OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
-             THEN ARRAY['.partitionId', 'is required and must be a UUID']
-           WHEN json_typeof(e.item -> 'status') NOT IN ('string', 'null')
-             OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
-             THEN ARRAY['.status', 'must be one of completed, failed, retry, dlq']
-           WHEN json_typeof(e.item -> 'error') NOT IN ('string', 'null') THEN ARRAY['.error', 'must be a string']
-           WHEN json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null') THEN ARRAY['.leaseId', 'must be a string']
-           WHEN json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
-             THEN ARRAY['.consumerGroup', 'must be a string']
-         END AS problem
-    INTO v_bad
-    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord)
-   WHERE json_typeof(e.item) <> 'object'
-      OR json_typeof(e.item -> 'transactionId') IS DISTINCT FROM 'string' OR e.item ->> 'transactionId' = ''
-      OR json_typeof(e.item -> 'partitionId') IS DISTINCT FROM 'string'
-      OR e.item ->> 'partitionId' !~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$'
-      OR json_typeof(e.item -> 'status') NOT IN ('string', 'null')
-      OR NOT coalesce(e.item ->> 'status', 'completed') IN ('completed', 'failed', 'retry', 'dlq')
-      OR json_typeof(e.item -> 'error') NOT IN ('string', 'null')
-      OR json_typeof(e.item -> 'leaseId') NOT IN ('string', 'null')
-      OR json_typeof(e.item -> 'consumerGroup') NOT IN ('string', 'null')
-   ORDER BY e.ord
-   LIMIT 1;
-  IF v_bad.idx IS NOT NULL THEN
-    PERFORM queen.bad_request('acknowledgments[' || v_bad.idx || ']' || v_bad.problem[1], v_bad.problem[2]);
-  END IF;
-
-  SELECT array_agg(e.item ->> 'transactionId' ORDER BY e.ord),
-         array_agg((e.item ->> 'partitionId')::uuid ORDER BY e.ord),
-         array_agg(coalesce(e.item ->> 'status', 'completed') ORDER BY e.ord),
-         array_agg(e.item ->> 'error' ORDER BY e.ord),
-         array_agg(e.item ->> 'leaseId' ORDER BY e.ord),
-         array_agg(coalesce(nullif(e.item ->> 'consumerGroup', ''), nullif(p_group, ''), '__QUEUE_MODE__') ORDER BY e.ord)
-    INTO a_txids, a_pids, a_statuses, a_errors, a_leases, a_groups
-    FROM json_array_elements(p_items) WITH ORDINALITY e(item, ord);
-  RETURN queen.ack_rows(a_txids, a_pids, a_statuses, a_errors, a_leases, a_groups, p_tx_id, p_lent_lease);
 END $$;

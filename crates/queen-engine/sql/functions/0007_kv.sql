@@ -1,10 +1,12 @@
--- KV state: one function per operation, and queen.kv_batch, the single
--- entry point of POST /api/v1/kv, the transaction's `kv` rider and the
--- embedded API. Every rule (exactly one expiry, expired means absent,
--- expect, min/max, create-only TTL for incr) is here and nowhere else.
+-- KV state: one function per operation. A call of one op runs its function
+-- (or, for a get, a plain SELECT) as a statement of its own; queen.kv_apply
+-- (0008) runs a call of several, and the transaction's `kv` rider. The
+-- request is checked in Rust (kv_decode.rs); what needs the database is
+-- here and nowhere else: expired means absent, expect, min/max,
+-- create-only TTL for incr, versions.
 --
 -- Locks: writes lock their key's row (INSERT ... ON CONFLICT, UPDATE,
--- DELETE or SELECT ... FOR UPDATE) and kv_batch applies writes in (ns, key)
+-- DELETE or SELECT ... FOR UPDATE) and kv_apply applies writes in (ns, key)
 -- byte order, so two calls can never deadlock on each other.
 
 -- A KV 400 (or 413): {"error", "reason", "detail"}. `error` is the only
