@@ -24,6 +24,7 @@ mod report;
 mod soak;
 mod workload;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,7 +36,7 @@ use clap::Args;
 use hdrhistogram::Histogram;
 use tokio_postgres::NoTls;
 
-use report::{Point, Report};
+use report::{BatchLine, Point, Report};
 use workload::{Outcome, Rng, Workload};
 
 /// The flags of `queen bench`.
@@ -201,6 +202,75 @@ async fn admin_exec(url: &str, sql: &str) -> anyhow::Result<()> {
         None => anyhow::anyhow!(e),
     })?;
     Ok(())
+}
+
+/// The broker's `queen_batch_size` histogram: (kind, le) -> cumulative
+/// batches, and kind -> requests. Empty when the scrape fails.
+async fn batch_sizes(base: &str) -> BTreeMap<(String, String), u64> {
+    let mut out = BTreeMap::new();
+    let Ok(resp) = reqwest::get(format!("{base}/metrics/prometheus")).await else { return out };
+    let Ok(text) = resp.text().await else { return out };
+    for line in text.lines() {
+        let (name, rest) = match line.split_once('{') {
+            Some(x) => x,
+            None => continue,
+        };
+        let Some((labels, value)) = rest.split_once("} ") else { continue };
+        let Ok(value) = value.trim().parse::<u64>() else { continue };
+        let label = |key: &str| {
+            labels.split(',').find_map(|kv| kv.strip_prefix(key)).map(|v| v.trim_matches('"').to_owned())
+        };
+        let Some(kind) = label("kind=") else { continue };
+        match name {
+            "queen_batch_size_bucket" => {
+                if let Some(le) = label("le=") {
+                    out.insert((kind, le), value);
+                }
+            }
+            "queen_batch_size_sum" => {
+                out.insert((kind, "sum".into()), value);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// What the batchers did between two scrapes, per kind.
+fn batch_delta(
+    before: &BTreeMap<(String, String), u64>,
+    after: &BTreeMap<(String, String), u64>,
+) -> Vec<BatchLine> {
+    let get = |m: &BTreeMap<(String, String), u64>, k: &str, le: &str| {
+        m.get(&(k.to_owned(), le.to_owned())).copied().unwrap_or(0)
+    };
+    let mut kinds: Vec<&String> = after.keys().map(|(k, _)| k).collect();
+    kinds.dedup();
+    kinds
+        .into_iter()
+        .map(|kind| {
+            let mut bounds: Vec<u64> = after
+                .keys()
+                .filter(|(k, _)| k == kind)
+                .filter_map(|(_, le)| le.parse::<u64>().ok())
+                .collect();
+            bounds.sort_unstable();
+            let mut buckets = Vec::new();
+            let mut last = 0;
+            for bound in bounds {
+                let le = bound.to_string();
+                let cumulative = get(after, kind, &le).saturating_sub(get(before, kind, &le));
+                buckets.push((le, cumulative.saturating_sub(last)));
+                last = cumulative;
+            }
+            BatchLine {
+                kind: kind.clone(),
+                batches: get(after, kind, "+Inf").saturating_sub(get(before, kind, "+Inf")),
+                requests: get(after, kind, "sum").saturating_sub(get(before, kind, "sum")),
+                buckets,
+            }
+        })
+        .collect()
 }
 
 /// What our side measured.
@@ -424,7 +494,9 @@ impl Run<'_> {
         };
         let blob = Arc::new(workload::blob(size));
         w.prepare(&self.db, clients, &blob).await?;
+        let before = batch_sizes(&self.base).await;
         let ours = run_ours(w, &self.base, clients, self.args.seconds, self.pid, blob.clone()).await?;
+        let batches = batch_delta(&before, &batch_sizes(&self.base).await);
 
         w.prepare(&self.db, clients, &blob).await?;
         let (pg, pgbench_failed, pg_clients) = self.pgbench_side(w, clients, "twin", w.twin(&blob)).await?;
@@ -464,6 +536,7 @@ impl Run<'_> {
             ratio_plain: plain.as_ref().map(|p| ours.ops / p.tps),
             rows_per_op: w.rows(),
             broker_rss_peak_mb: ours.rss_peak,
+            batches,
         })
     }
 }

@@ -49,6 +49,45 @@ pub struct Point {
     pub ratio_plain: Option<f64>,
     pub rows_per_op: u32,
     pub broker_rss_peak_mb: f64,
+    /// Batches the broker's batchers ran during our side of the point.
+    pub batches: Vec<BatchLine>,
+}
+
+/// The batch sizes one batcher saw during a point (from the broker's
+/// `queen_batch_size` histogram, the difference over the point).
+#[derive(serde::Serialize, Clone, Debug, PartialEq)]
+pub struct BatchLine {
+    /// `push` or `kv_get`.
+    pub kind: String,
+    pub batches: u64,
+    /// Requests they carried.
+    pub requests: u64,
+    /// (upper bound of the bucket, batches in it), not cumulative.
+    pub buckets: Vec<(String, u64)>,
+}
+
+/// Header of the batch-size table.
+const BATCH_HEADER: &str = "| workload | clients | batcher | batches | mean requests per batch | buckets (size <= bound: batches) |\n\
+                            | --- | ---: | --- | ---: | ---: | --- |";
+
+fn batch_rows(p: &Point) -> String {
+    p.batches
+        .iter()
+        .filter(|b| b.batches > 0)
+        .map(|b| {
+            let buckets: Vec<String> =
+                b.buckets.iter().filter(|(_, n)| *n > 0).map(|(le, n)| format!("<={le}: {n}")).collect();
+            format!(
+                "| {} | {} | {} | {} | {:.2} | {} |\n",
+                p.workload,
+                p.clients,
+                b.kind,
+                b.batches,
+                b.requests as f64 / b.batches as f64,
+                buckets.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// A scaling series as the report shows it.
@@ -221,9 +260,16 @@ impl Report {
             md.push_str("### Concurrency sweep\n\n");
             md.push_str(SWEEP_HEADER);
             md.push('\n');
-            for p in sweep {
+            for p in &sweep {
                 md.push_str(&sweep_row(p));
                 md.push('\n');
+            }
+            let batches: String = sweep.iter().map(|p| batch_rows(p)).collect();
+            if !batches.is_empty() {
+                md.push_str("\n### Batch sizes (requests per statement, our side of each point)\n\n");
+                md.push_str(BATCH_HEADER);
+                md.push('\n');
+                md.push_str(&batches);
             }
         }
         for s in &self.series {

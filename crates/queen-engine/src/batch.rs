@@ -4,6 +4,7 @@
 //! arrived while every slot was busy go together, and PostgreSQL sees a few
 //! busy backends instead of one per client.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
@@ -29,13 +30,47 @@ pub(crate) struct GetBatcher {
     tx: mpsc::UnboundedSender<Get>,
 }
 
-/// Gets of every batch, and batches, for the bench and /metrics.
+/// Upper bounds of the batch-size buckets (requests per statement).
+pub const BATCH_SIZE_BOUNDS: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024];
+
+/// How many batches carried how many requests: one counter per bucket of
+/// [`BATCH_SIZE_BOUNDS`], plus the total carried.
+#[derive(Default)]
+pub(crate) struct SizeHistogram {
+    counts: [AtomicU64; BATCH_SIZE_BOUNDS.len()],
+    sum: AtomicU64,
+}
+
+impl SizeHistogram {
+    fn record(&self, n: usize) {
+        let n = n as u64;
+        let i = BATCH_SIZE_BOUNDS.iter().position(|&b| n <= b).unwrap_or(BATCH_SIZE_BOUNDS.len() - 1);
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> BatchSizes {
+        let buckets: Vec<u64> = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+        BatchSizes { count: buckets.iter().sum(), sum: self.sum.load(Ordering::Relaxed), buckets }
+    }
+}
+
+/// Batch sizes seen so far, for /metrics and the bench.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchSizes {
+    /// Batches per bucket of [`BATCH_SIZE_BOUNDS`] (not cumulative).
+    pub buckets: Vec<u64>,
+    /// Batches.
+    pub count: u64,
+    /// Requests they carried.
+    pub sum: u64,
+}
+
+/// The batch sizes of each batcher.
 #[derive(Default)]
 pub(crate) struct BatchStats {
-    pub(crate) batches: std::sync::atomic::AtomicU64,
-    pub(crate) items: std::sync::atomic::AtomicU64,
-    pub(crate) push_batches: std::sync::atomic::AtomicU64,
-    pub(crate) push_requests: std::sync::atomic::AtomicU64,
+    pub(crate) gets: SizeHistogram,
+    pub(crate) pushes: SizeHistogram,
 }
 
 impl GetBatcher {
@@ -74,8 +109,7 @@ async fn dispatch(
                 Err(_) => break,
             }
         }
-        stats.batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        stats.items.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        stats.gets.record(batch.len());
         let pool = pool.clone();
         tokio::spawn(async move {
             run(&pool, batch).await;
@@ -201,8 +235,7 @@ async fn dispatch_pushes(
             bytes += b;
             batch.push(p);
         }
-        stats.push_batches.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        stats.push_requests.fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        stats.pushes.record(batch.len());
         let (pool, announce) = (pool.clone(), announce.clone());
         tokio::spawn(async move {
             run_pushes(&pool, batch, &announce).await;

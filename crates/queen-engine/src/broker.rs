@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
-use crate::batch::{BatchStats, GetBatcher, PushBatcher};
+use crate::batch::{BatchSizes, BatchStats, GetBatcher, PushBatcher};
 use crate::notifier::{self, Announcer, Waiters};
 use crate::{DbConfig, EngineError, Json};
 
@@ -160,10 +160,8 @@ impl Engine {
 
     /// Push batches this engine ran and the requests they carried.
     pub fn push_batches(&self) -> (u64, u64) {
-        (
-            self.batch_stats.push_batches.load(Ordering::Relaxed),
-            self.batch_stats.push_requests.load(Ordering::Relaxed),
-        )
+        let s = self.batch_stats.pushes.snapshot();
+        (s.count, s.sum)
     }
 
     pub(crate) fn get_batcher(&self) -> Option<&GetBatcher> {
@@ -173,7 +171,18 @@ impl Engine {
     /// KV get batches this engine ran and the gets they carried (their
     /// ratio is the mean batch size).
     pub fn kv_get_batches(&self) -> (u64, u64) {
-        (self.batch_stats.batches.load(Ordering::Relaxed), self.batch_stats.items.load(Ordering::Relaxed))
+        let s = self.batch_stats.gets.snapshot();
+        (s.count, s.sum)
+    }
+
+    /// Sizes of the KV get batches so far.
+    pub fn kv_get_batch_sizes(&self) -> BatchSizes {
+        self.batch_stats.gets.snapshot()
+    }
+
+    /// Sizes of the push batches so far (requests per statement).
+    pub fn push_batch_sizes(&self) -> BatchSizes {
+        self.batch_stats.pushes.snapshot()
     }
 
     /// Expired KV rows the sweeper of this engine has deleted.

@@ -989,3 +989,24 @@ async fn seek_with_no_body_names_the_fields_it_needs() {
     let msg = body["error"].as_str().unwrap();
     assert!(msg.contains("toEnd") && msg.contains("timestamp"), "{body}");
 }
+
+/// GET /metrics/prometheus carries the batch-size histogram of the push and
+/// KV get batchers: every push and every get lands in exactly one batch.
+#[tokio::test]
+async fn prometheus_reports_batch_sizes_of_pushes_and_gets() {
+    let b = TestBroker::start().await;
+    let api = b.api();
+    for i in 0..3 {
+        b.push("batched", "Default", &[(&format!("m{i}"), json!(i))]).await;
+    }
+    let (status, _) = api.post("/api/v1/kv", &json!([{"op": "get", "ns": "n", "key": "k"}])).await;
+    assert_eq!(status, 200);
+    let (_, text) = scrape(&b).await;
+    let requests = sample(&text, "queen_batch_size_sum", &["kind=\"push\""]).unwrap();
+    assert_eq!(requests, 3.0, "{text}");
+    let batches = sample(&text, "queen_batch_size_count", &["kind=\"push\""]).unwrap();
+    assert!((1.0..=3.0).contains(&batches));
+    let all = sample(&text, "queen_batch_size_bucket", &["kind=\"push\"", "le=\"+Inf\""]).unwrap();
+    assert_eq!(all, batches, "the +Inf bucket counts every batch");
+    assert_eq!(sample(&text, "queen_batch_size_sum", &["kind=\"kv_get\""]), Some(1.0));
+}

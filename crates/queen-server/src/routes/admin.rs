@@ -289,6 +289,19 @@ pub(crate) async fn metrics_prometheus(State(app): State<Arc<AppState>>) -> Resp
         "# TYPE queen_kv_sweeper_rows_pruned_total counter\nqueen_kv_sweeper_rows_pruned_total {}",
         app.engine.kv_rows_pruned()
     );
+    let _ = writeln!(out, "# TYPE queen_batch_size histogram");
+    for (kind, sizes) in
+        [("push", app.engine.push_batch_sizes()), ("kv_get", app.engine.kv_get_batch_sizes())]
+    {
+        let mut cumulative = 0;
+        for (bound, n) in queen_engine::BATCH_SIZE_BOUNDS.iter().zip(&sizes.buckets) {
+            cumulative += n;
+            let _ = writeln!(out, "queen_batch_size_bucket{{kind=\"{kind}\",le=\"{bound}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "queen_batch_size_bucket{{kind=\"{kind}\",le=\"+Inf\"}} {}", sizes.count);
+        let _ = writeln!(out, "queen_batch_size_sum{{kind=\"{kind}\"}} {}", sizes.sum);
+        let _ = writeln!(out, "queen_batch_size_count{{kind=\"{kind}\"}} {}", sizes.count);
+    }
     match app.engine.queue_depths().await {
         Ok(depths) => {
             let _ = writeln!(out, "# TYPE queen_queue_depth gauge");
