@@ -35,7 +35,8 @@ pub fn decode_push_items(items: &str) -> Result<Vec<PushItem>, EngineError> {
     elements.iter().enumerate().map(|(i, item)| decode_item(i, item)).collect()
 }
 
-fn decode_item(i: usize, item: &RawValue) -> Result<PushItem, EngineError> {
+/// One push item; `i` is its index among the call's items (the 400 names it).
+pub(crate) fn decode_item(i: usize, item: &RawValue) -> Result<PushItem, EngineError> {
     let at = |field: &str| format!("items[{i}]{field}");
     let f = wire::fields(item).ok_or_else(|| wire::bad_request(&at(""), "must be an object"))?;
     let queue = match f.get("queue") {

@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 use crate::ack::{self, AckColumns, AckItem};
 use crate::kv::{KvColumns, KvOp};
 use crate::kv_decode::{decode_call, kv_reject};
-use crate::push::{decode_push_items, PushColumns, PushItem};
+use crate::push::{self, PushColumns, PushItem};
 use crate::wire::{self, Kind};
 use crate::{Engine, EngineError, Json};
 
@@ -106,8 +106,11 @@ pub fn decode_bundle(body: &str) -> Result<Bundle, EngineError> {
     let lent_lease = if leases.len() == 1 { leases.pop() } else { None };
 
     // Items are named by their position among the bundle's pushes and acks.
-    let items_json = format!("[{}]", push_raw.iter().map(|(_, r)| r.get()).collect::<Vec<_>>().join(","));
-    let pushes = push_raw.iter().map(|(s, _)| *s).zip(decode_push_items(&items_json)?).collect();
+    let pushes = push_raw
+        .iter()
+        .enumerate()
+        .map(|(k, (s, item))| push::decode_item(k, item).map(|p| (*s, p)))
+        .collect::<Result<_, _>>()?;
     let acks = ack_raw
         .iter()
         .enumerate()
