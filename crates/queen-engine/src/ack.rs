@@ -114,23 +114,27 @@ fn parse_uuid(s: &str) -> Option<Uuid> {
 
 /// The typed arrays of `queen.ack_rows`.
 #[derive(Default)]
-pub(crate) struct AckColumns {
-    pub transaction_ids: Vec<String>,
+pub(crate) struct AckColumns<'a> {
+    pub transaction_ids: Vec<&'a str>,
     pub partition_ids: Vec<Uuid>,
-    pub statuses: Vec<String>,
-    pub errors: Vec<Option<String>>,
-    pub lease_ids: Vec<Option<String>>,
-    pub groups: Vec<String>,
+    pub statuses: Vec<&'a str>,
+    pub errors: Vec<Option<&'a str>>,
+    pub lease_ids: Vec<Option<&'a str>>,
+    pub groups: Vec<&'a str>,
 }
 
-impl AckColumns {
-    pub(crate) fn push(&mut self, a: AckItem) {
-        self.transaction_ids.push(a.transaction_id);
-        self.partition_ids.push(a.partition_id);
-        self.statuses.push(a.status);
-        self.errors.push(a.error);
-        self.lease_ids.push(a.lease_id);
-        self.groups.push(a.consumer_group);
+impl<'a> AckColumns<'a> {
+    pub(crate) fn of(items: impl IntoIterator<Item = &'a AckItem>) -> Self {
+        let mut c = AckColumns::default();
+        for a in items {
+            c.transaction_ids.push(&a.transaction_id);
+            c.partition_ids.push(a.partition_id);
+            c.statuses.push(&a.status);
+            c.errors.push(a.error.as_deref());
+            c.lease_ids.push(a.lease_id.as_deref());
+            c.groups.push(&a.consumer_group);
+        }
+        c
     }
 }
 
@@ -141,24 +145,21 @@ impl Engine {
     }
 
     /// Acks checked items; answers one result per item, in order.
+    /// Concurrent calls share a statement and a commit (the ack batcher).
     pub async fn ack_items(&self, items: Vec<AckItem>) -> Result<Json, EngineError> {
         if items.is_empty() {
             return Ok(Json("[]".into()));
         }
-        let mut c = AckColumns::default();
-        items.into_iter().for_each(|a| c.push(a));
-        let client = self.pool().get().await?;
-        let stmt = client.prepare_cached(include_str!("../sql/statements/ack.sql")).await?;
-        let row = client
-            .query_one(
-                &stmt,
-                &[&c.transaction_ids, &c.partition_ids, &c.statuses, &c.errors, &c.lease_ids, &c.groups],
-            )
-            .await?;
-        let answer: Option<String> = row.try_get(0)?;
-        answer.map(Json).ok_or_else(|| EngineError::Protocol("ack answered NULL".into()))
+        match self.ack_batcher() {
+            Some(batcher) if items.len() <= BATCH_AT_MOST_ITEMS => batcher.call(items).await,
+            _ => crate::batch::ack_call(self.pool(), &items).await,
+        }
     }
 }
+
+/// Ack requests of more items than this run alone: they fill a statement
+/// by themselves.
+const BATCH_AT_MOST_ITEMS: usize = 64;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,34 +1,24 @@
-//! Natural batching of KV gets and of pushes: concurrent requests share one
-//! statement and one round trip (and, for pushes, one commit). A batch leaves as soon as a slot is free
-//! (no timer: a lone get waits for nothing), so under load the gets that
-//! arrived while every slot was busy go together, and PostgreSQL sees a few
-//! busy backends instead of one per client.
+//! Natural batching: concurrent requests of one kind share one statement
+//! and one round trip (and, for writes, one commit). A batch leaves as soon
+//! as a slot is free (no timer: a lone request waits for nothing), so under
+//! load the requests that arrived while every slot was busy go together,
+//! and PostgreSQL sees a few busy backends instead of one per client.
+//!
+//! Four batchers share one dispatcher ([`Batcher`]): KV gets, single-op KV
+//! writes, pushes and acks. Each member gets the answer a call of its own
+//! would have had, and only after the commit.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use crate::kv::get_element;
+use crate::ack::{AckColumns, AckItem};
+use crate::kv::{get_element, write_one, KvOp};
 use crate::push::{PushColumns, PushItem};
 use crate::{EngineError, Json};
-
-/// Most gets in one statement.
-const MAX_BATCH: usize = 256;
-
-/// One waiting get.
-struct Get {
-    ns: String,
-    key: String,
-    reply: oneshot::Sender<Result<String, EngineError>>,
-}
-
-/// The front of the get batcher: cheap to clone, one per engine.
-#[derive(Clone)]
-pub(crate) struct GetBatcher {
-    tx: mpsc::UnboundedSender<Get>,
-}
 
 /// Upper bounds of the batch-size buckets (requests per statement).
 pub const BATCH_SIZE_BOUNDS: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024];
@@ -66,84 +56,270 @@ pub struct BatchSizes {
     pub sum: u64,
 }
 
+/// The kinds of batch, as `/metrics/prometheus` labels them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchKind {
+    /// Single-key KV gets.
+    KvGet,
+    /// Single-op KV writes (put, putIfAbsent, incr, delete, check).
+    KvWrite,
+    /// Push requests.
+    Push,
+    /// Ack requests.
+    Ack,
+}
+
+impl BatchKind {
+    /// Every kind, in the order the metrics list them.
+    pub const ALL: [BatchKind; 4] = [BatchKind::Push, BatchKind::Ack, BatchKind::KvGet, BatchKind::KvWrite];
+
+    /// The metrics label.
+    pub fn label(self) -> &'static str {
+        match self {
+            BatchKind::KvGet => "kv_get",
+            BatchKind::KvWrite => "kv_write",
+            BatchKind::Push => "push",
+            BatchKind::Ack => "ack",
+        }
+    }
+}
+
 /// The batch sizes of each batcher.
 #[derive(Default)]
 pub(crate) struct BatchStats {
-    pub(crate) gets: SizeHistogram,
-    pub(crate) pushes: SizeHistogram,
+    gets: SizeHistogram,
+    writes: SizeHistogram,
+    pushes: SizeHistogram,
+    acks: SizeHistogram,
 }
 
-impl GetBatcher {
-    /// Starts the dispatcher; at most `slots` batches run at once.
-    pub(crate) fn start(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> Self {
+impl BatchStats {
+    pub(crate) fn of(&self, kind: BatchKind) -> &SizeHistogram {
+        match kind {
+            BatchKind::KvGet => &self.gets,
+            BatchKind::KvWrite => &self.writes,
+            BatchKind::Push => &self.pushes,
+            BatchKind::Ack => &self.acks,
+        }
+    }
+}
+
+/// A request waiting in a batcher, and where its answer goes.
+pub(crate) struct Waiting<Q, A> {
+    request: Q,
+    reply: oneshot::Sender<Result<A, EngineError>>,
+}
+
+impl<Q, A> Waiting<Q, A> {
+    fn answer(self, answer: Result<A, EngineError>) {
+        // The caller may have gone away (its HTTP client hung up): nothing to tell.
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// How much a batch may carry: two measures per request (requests or items,
+/// and bytes), each with its ceiling. A request over a ceiling on its own
+/// still runs, alone.
+#[derive(Clone, Copy)]
+pub(crate) struct Budget<Q> {
+    ceiling: [usize; 2],
+    cost: fn(&Q) -> [usize; 2],
+}
+
+/// The front of one batcher: cheap to clone, one per engine and kind.
+pub(crate) struct Batcher<Q, A> {
+    tx: mpsc::UnboundedSender<Waiting<Q, A>>,
+}
+
+impl<Q, A> Clone for Batcher<Q, A> {
+    fn clone(&self) -> Self {
+        Batcher { tx: self.tx.clone() }
+    }
+}
+
+impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
+    /// Starts the dispatcher; at most `slots` batches run at once, each
+    /// through `run`, which must answer every member.
+    fn start<F, Fut>(slots: usize, budget: Budget<Q>, kind: BatchKind, stats: Arc<BatchStats>, run: F) -> Self
+    where
+        F: Fn(Vec<Waiting<Q, A>>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch(pool, rx, Arc::new(Semaphore::new(slots.max(1))), stats));
-        GetBatcher { tx }
+        let slots = Arc::new(Semaphore::new(slots.max(1)));
+        tokio::spawn(dispatch(rx, slots, budget, kind, stats, run));
+        Batcher { tx }
     }
 
-    /// The get result element of one key (`found` or not), as `kv_one` answers it.
-    pub(crate) async fn get(&self, ns: &str, key: &str) -> Result<String, EngineError> {
+    /// Queues `request` and waits for its answer.
+    pub(crate) async fn call(&self, request: Q) -> Result<A, EngineError> {
         let (reply, rx) = oneshot::channel();
         self.tx
-            .send(Get { ns: ns.to_owned(), key: key.to_owned(), reply })
+            .send(Waiting { request, reply })
             .map_err(|_| EngineError::Unavailable("the engine is shutting down".into()))?;
-        rx.await.map_err(|_| EngineError::Unavailable("the get batch was dropped".into()))?
+        rx.await.map_err(|_| EngineError::Unavailable("the batch was dropped".into()))?
     }
 }
 
-async fn dispatch(
-    pool: Pool,
-    mut rx: mpsc::UnboundedReceiver<Get>,
+async fn dispatch<Q, A, F, Fut>(
+    mut rx: mpsc::UnboundedReceiver<Waiting<Q, A>>,
     slots: Arc<Semaphore>,
+    budget: Budget<Q>,
+    kind: BatchKind,
     stats: Arc<BatchStats>,
-) {
+    run: F,
+) where
+    Q: Send + 'static,
+    A: Send + 'static,
+    F: Fn(Vec<Waiting<Q, A>>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    // A request that did not fit the last batch opens the next one.
+    let mut held: Option<Waiting<Q, A>> = None;
     loop {
-        // Take the slot first: while every slot is busy, gets pile up in the
-        // channel and leave together.
+        // Take the slot first: while every slot is busy, requests pile up
+        // in the channel and leave together.
         let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        let Some(first) = rx.recv().await else { return };
+        let first = match held.take() {
+            Some(w) => w,
+            None => match rx.recv().await {
+                Some(w) => w,
+                None => return,
+            },
+        };
+        let mut spent = (budget.cost)(&first.request);
         let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(g) => batch.push(g),
-                Err(_) => break,
+        while let Ok(w) = rx.try_recv() {
+            let c = (budget.cost)(&w.request);
+            if spent[0] + c[0] > budget.ceiling[0] || spent[1] + c[1] > budget.ceiling[1] {
+                held = Some(w);
+                break;
             }
+            spent = [spent[0] + c[0], spent[1] + c[1]];
+            batch.push(w);
         }
-        stats.gets.record(batch.len());
-        let pool = pool.clone();
+        stats.of(kind).record(batch.len());
+        let work = run(batch);
         tokio::spawn(async move {
-            run(&pool, batch).await;
+            work.await;
             drop(permit);
         });
     }
 }
 
-/// One statement for the whole batch; if it fails as a whole, each get is
-/// tried alone so that one member's failure stays its own.
-async fn run(pool: &Pool, mut batch: Vec<Get>) {
-    if batch.len() == 1 {
-        let result = many(pool, &batch).await.map(|mut e| e.pop().unwrap_or_default());
-        if let Some(g) = batch.pop() {
-            let _ = g.reply.send(result);
+/// How a batch that failed as a whole is answered. A dropped connection may
+/// have committed, so every member hears it and resends; any other failure
+/// rolled the statement back, so each member runs alone and a poison
+/// request fails by itself.
+async fn answer_batch<Q, A, Fut>(
+    batch: Vec<Waiting<Q, A>>,
+    outcome: Result<Vec<A>, EngineError>,
+    alone: impl Fn(Q) -> Fut,
+) where
+    Fut: Future<Output = Result<A, EngineError>>,
+{
+    match outcome {
+        Ok(answers) if answers.len() == batch.len() => {
+            for (w, a) in batch.into_iter().zip(answers) {
+                w.answer(Ok(a));
+            }
         }
-        return;
-    }
-    match many(pool, &batch).await {
-        Ok(elements) => {
-            for (g, e) in batch.into_iter().zip(elements) {
-                let _ = g.reply.send(Ok(e));
+        Ok(_) => {
+            for w in batch {
+                w.answer(Err(EngineError::Protocol("a batch answered another number of results".into())));
+            }
+        }
+        Err(EngineError::Unavailable(m)) => {
+            for w in batch {
+                w.answer(Err(EngineError::Unavailable(m.clone())));
             }
         }
         Err(_) => {
-            for g in batch {
-                let one = many(pool, std::slice::from_ref(&g)).await.map(|mut e| e.pop().unwrap_or_default());
-                let _ = g.reply.send(one);
+            for Waiting { request, reply } in batch {
+                let _ = reply.send(alone(request).await);
             }
         }
     }
 }
 
-async fn many(pool: &Pool, batch: &[Get]) -> Result<Vec<String>, EngineError> {
+/// Most requests (or items) and payload bytes in one statement.
+const MAX_GETS: usize = 256;
+const MAX_WRITES: usize = 256;
+const MAX_PUSH_ITEMS: usize = 1000;
+const MAX_ACK_ITEMS: usize = 1000;
+const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// One key a get reads.
+pub(crate) struct GetKey {
+    pub(crate) ns: String,
+    pub(crate) key: String,
+}
+
+/// Concurrent single-key gets: one `unnest` join on the primary key.
+pub(crate) type GetBatcher = Batcher<GetKey, String>;
+
+/// Concurrent single-op KV writes: one `queen.kv_write_rows` call, one commit.
+pub(crate) type WriteBatcher = Batcher<KvOp, String>;
+
+/// Concurrent push requests: one `queen.push_rows` call, one commit.
+pub(crate) type PushBatcher = Batcher<Vec<PushItem>, Json>;
+
+/// Concurrent ack requests: one `queen.ack_requests` call, one commit.
+pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Json>;
+
+/// What a committed push tells the engine: the queues that got messages.
+pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
+
+pub(crate) fn start_gets(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> GetBatcher {
+    let budget = Budget { ceiling: [MAX_GETS, usize::MAX], cost: |_| [1, 0] };
+    Batcher::start(slots, budget, BatchKind::KvGet, stats, move |batch| run_gets(pool.clone(), batch))
+}
+
+pub(crate) fn start_writes(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> WriteBatcher {
+    let budget = Budget { ceiling: [MAX_WRITES, MAX_BATCH_BYTES], cost: |op: &KvOp| [1, op.value_bytes()] };
+    Batcher::start(slots, budget, BatchKind::KvWrite, stats, move |batch| run_writes(pool.clone(), batch))
+}
+
+pub(crate) fn start_pushes(
+    pool: Pool,
+    slots: usize,
+    announce: Announce,
+    stats: Arc<BatchStats>,
+) -> PushBatcher {
+    let budget = Budget {
+        ceiling: [MAX_PUSH_ITEMS, MAX_BATCH_BYTES],
+        cost: |items: &Vec<PushItem>| [items.len(), payload_bytes(items)],
+    };
+    Batcher::start(slots, budget, BatchKind::Push, stats, move |batch| {
+        run_pushes(pool.clone(), batch, announce.clone())
+    })
+}
+
+pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> AckBatcher {
+    let budget =
+        Budget { ceiling: [MAX_ACK_ITEMS, usize::MAX], cost: |items: &Vec<AckItem>| [items.len(), 0] };
+    Batcher::start(slots, budget, BatchKind::Ack, stats, move |batch| run_acks(pool.clone(), batch))
+}
+
+async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) {
+    let alone = |g: GetKey| {
+        let pool = pool.clone();
+        async move { get_many(&pool, &[&g]).await.map(|mut e| e.pop().unwrap_or_default()) }
+    };
+    if batch.len() == 1 {
+        for w in batch {
+            let answer = alone(w.request).await;
+            let _ = w.reply.send(answer);
+        }
+        return;
+    }
+    let keys: Vec<&GetKey> = batch.iter().map(|w| &w.request).collect();
+    let outcome = get_many(&pool, &keys).await;
+    drop(keys);
+    answer_batch(batch, outcome, alone).await;
+}
+
+async fn get_many(pool: &Pool, batch: &[&GetKey]) -> Result<Vec<String>, EngineError> {
     let client = pool.get().await?;
     let mut rows: Vec<Option<tokio_postgres::Row>> = (0..batch.len()).map(|_| None).collect();
     if let [one] = batch {
@@ -163,123 +339,65 @@ async fn many(pool: &Pool, batch: &[Get]) -> Result<Vec<String>, EngineError> {
     batch.iter().zip(rows).map(|(g, row)| get_element(&g.key, row)).collect()
 }
 
-/// Most items, and payload bytes, in one batched push.
-const MAX_PUSH_ITEMS: usize = 1000;
-const MAX_PUSH_BYTES: usize = 4 * 1024 * 1024;
-
-/// What a committed push tells the engine: the queues that got messages.
-pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
-
-/// One waiting push request.
-struct Push {
-    items: Vec<PushItem>,
-    reply: oneshot::Sender<Result<Json, EngineError>>,
-}
-
-/// The front of the push batcher. Concurrent push requests share one
-/// statement and one commit; each gets the answer a call of its own would
-/// have had (dedup and maxSize judge the requests in arrival order), and
-/// only after the commit.
-#[derive(Clone)]
-pub(crate) struct PushBatcher {
-    tx: mpsc::UnboundedSender<Push>,
-}
-
-impl PushBatcher {
-    pub(crate) fn start(pool: Pool, slots: usize, announce: Announce, stats: Arc<BatchStats>) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(dispatch_pushes(pool, rx, Arc::new(Semaphore::new(slots.max(1))), announce, stats));
-        PushBatcher { tx }
-    }
-
-    pub(crate) async fn push(&self, items: Vec<PushItem>) -> Result<Json, EngineError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Push { items, reply })
-            .map_err(|_| EngineError::Unavailable("the engine is shutting down".into()))?;
-        rx.await.map_err(|_| EngineError::Unavailable("the push batch was dropped".into()))?
-    }
-}
-
-fn payload_bytes(p: &Push) -> usize {
-    p.items.iter().map(|i| i.payload.as_ref().map_or(0, |r| r.get().len())).sum()
-}
-
-async fn dispatch_pushes(
-    pool: Pool,
-    mut rx: mpsc::UnboundedReceiver<Push>,
-    slots: Arc<Semaphore>,
-    announce: Announce,
-    stats: Arc<BatchStats>,
-) {
-    // A request that did not fit the last batch opens the next one.
-    let mut held: Option<Push> = None;
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        let first = match held.take() {
-            Some(p) => p,
-            None => match rx.recv().await {
-                Some(p) => p,
-                None => return,
-            },
-        };
-        let (mut items, mut bytes) = (first.items.len(), payload_bytes(&first));
-        let mut batch = vec![first];
-        while let Ok(p) = rx.try_recv() {
-            let (n, b) = (p.items.len(), payload_bytes(&p));
-            if items + n > MAX_PUSH_ITEMS || bytes + b > MAX_PUSH_BYTES {
-                held = Some(p);
-                break;
-            }
-            items += n;
-            bytes += b;
-            batch.push(p);
+async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) {
+    let alone = |op: KvOp| {
+        let pool = pool.clone();
+        async move {
+            let client = pool.get().await?;
+            write_one(&client, &op).await
         }
-        stats.pushes.record(batch.len());
-        let (pool, announce) = (pool.clone(), announce.clone());
-        tokio::spawn(async move {
-            run_pushes(&pool, batch, &announce).await;
-            drop(permit);
-        });
-    }
-}
-
-async fn run_pushes(pool: &Pool, mut batch: Vec<Push>, announce: &Announce) {
+    };
     if batch.len() == 1 {
-        if let Some(p) = batch.pop() {
-            let answer = push_call(pool, PushColumns::of(&p.items), None, announce).await;
-            let _ = p.reply.send(answer);
+        for w in batch {
+            let answer = alone(w.request).await;
+            let _ = w.reply.send(answer);
         }
         return;
     }
-    let counts: Vec<usize> = batch.iter().map(|p| p.items.len()).collect();
+    let ops: Vec<&KvOp> = batch.iter().map(|w| &w.request).collect();
+    let outcome = write_many(&pool, &ops).await;
+    drop(ops);
+    answer_batch(batch, outcome, alone).await;
+}
+
+/// The verdicts of several single-op writes, index-aligned with `ops`.
+/// `queen.kv_write_rows` applies them in (ns, key) byte order, arrival
+/// order within a key: the order every KV writer locks keys in.
+async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineError> {
+    let mut c = crate::kv::WriteColumns::default();
+    for op in ops {
+        c.add(op);
+    }
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/kv_write_batch.sql")).await?;
+    let row = client.query_one(&stmt, &c.params()).await?;
+    let verdicts: Vec<String> = row.try_get(0)?;
+    Ok(verdicts)
+}
+
+fn payload_bytes(items: &[PushItem]) -> usize {
+    items.iter().map(|i| i.payload.as_ref().map_or(0, |r| r.get().len())).sum()
+}
+
+async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announce: Announce) {
+    let alone = |items: Vec<PushItem>| {
+        let (pool, announce) = (pool.clone(), announce.clone());
+        async move { push_call(&pool, PushColumns::of(&items), None, &announce).await }
+    };
+    if batch.len() == 1 {
+        for w in batch {
+            let answer = alone(w.request).await;
+            let _ = w.reply.send(answer);
+        }
+        return;
+    }
+    let counts: Vec<usize> = batch.iter().map(|w| w.request.len()).collect();
     let requests: Vec<i32> =
         counts.iter().enumerate().flat_map(|(n, &c)| std::iter::repeat_n(n as i32, c)).collect();
-    let cols = PushColumns::of(batch.iter().flat_map(|p| p.items.iter()));
+    let cols = PushColumns::of(batch.iter().flat_map(|w| w.request.iter()));
     let outcome =
-        push_call(pool, cols, Some(requests), announce).await.and_then(|json| split(&json, &counts));
-    match outcome {
-        Ok(answers) => {
-            for (p, a) in batch.into_iter().zip(answers) {
-                let _ = p.reply.send(Ok(a));
-            }
-        }
-        // The database may have committed before the connection dropped:
-        // each caller hears the failure and resends (transaction ids dedup).
-        Err(EngineError::Unavailable(m)) => {
-            for p in batch {
-                let _ = p.reply.send(Err(EngineError::Unavailable(m.clone())));
-            }
-        }
-        // The statement failed and rolled back: each request alone, so one
-        // poison request fails by itself.
-        Err(_) => {
-            for p in batch {
-                let answer = push_call(pool, PushColumns::of(&p.items), None, announce).await;
-                let _ = p.reply.send(answer);
-            }
-        }
-    }
+        push_call(&pool, cols, Some(requests), &announce).await.and_then(|json| split(&json, &counts));
+    answer_batch(batch, outcome, alone).await;
 }
 
 /// One `push_rows` call; announces the queues that got messages after the commit.
@@ -325,4 +443,61 @@ fn split(json: &Json, counts: &[usize]) -> Result<Vec<Json>, EngineError> {
             serde_json::to_string(&mine).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
         })
         .collect()
+}
+
+async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) {
+    let alone = |items: Vec<AckItem>| {
+        let pool = pool.clone();
+        async move { ack_call(&pool, &items).await }
+    };
+    if batch.len() == 1 {
+        for w in batch {
+            let answer = alone(w.request).await;
+            let _ = w.reply.send(answer);
+        }
+        return;
+    }
+    let requests: Vec<i32> =
+        batch.iter().enumerate().flat_map(|(n, w)| std::iter::repeat_n(n as i32, w.request.len())).collect();
+    let cols = AckColumns::of(batch.iter().flat_map(|w| w.request.iter()));
+    let outcome = ack_many(&pool, &cols, &requests).await;
+    drop(cols);
+    answer_batch(batch, outcome, alone).await;
+}
+
+/// One `ack_rows` call: one request's acks.
+pub(crate) async fn ack_call(pool: &Pool, items: &[AckItem]) -> Result<Json, EngineError> {
+    let c = AckColumns::of(items);
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/ack.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[&c.transaction_ids, &c.partition_ids, &c.statuses, &c.errors, &c.lease_ids, &c.groups],
+        )
+        .await?;
+    let answer: Option<String> = row.try_get(0)?;
+    answer.map(Json).ok_or_else(|| EngineError::Protocol("ack answered NULL".into()))
+}
+
+/// Several requests' acks in one statement: one answer per request.
+async fn ack_many(pool: &Pool, c: &AckColumns<'_>, requests: &[i32]) -> Result<Vec<Json>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/ack_batch.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[
+                &c.transaction_ids,
+                &c.partition_ids,
+                &c.statuses,
+                &c.errors,
+                &c.lease_ids,
+                &c.groups,
+                &requests,
+            ],
+        )
+        .await?;
+    let answers: Vec<String> = row.try_get(0)?;
+    Ok(answers.into_iter().map(Json).collect())
 }

@@ -9,7 +9,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
-use crate::batch::{BatchSizes, BatchStats, GetBatcher, PushBatcher};
+use crate::batch::{
+    self, AckBatcher, BatchKind, BatchSizes, BatchStats, GetBatcher, PushBatcher, WriteBatcher,
+};
 use crate::notifier::{self, Announcer, Waiters};
 use crate::{DbConfig, EngineError, Json};
 
@@ -35,9 +37,16 @@ pub struct EngineOptions {
     /// Single-key KV gets that arrive together share one statement; this
     /// many such statements may run at once (0: every get runs alone).
     pub kv_get_batch_slots: usize,
+    /// Single-op KV writes that arrive together share one statement and
+    /// one commit; this many such statements may run at once (0: every
+    /// write runs alone).
+    pub kv_write_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; this
     /// many such statements may run at once (at least 1).
     pub push_batch_slots: usize,
+    /// Concurrent ack requests share one statement and one commit; this
+    /// many such statements may run at once (0: every ack runs alone).
+    pub ack_batch_slots: usize,
 }
 
 impl Default for EngineOptions {
@@ -49,7 +58,9 @@ impl Default for EngineOptions {
             kv_sweep_batch: 1000,
             cross_broker_wakeups: true,
             kv_get_batch_slots: 4,
+            kv_write_batch_slots: 4,
             push_batch_slots: 4,
+            ack_batch_slots: 4,
         }
     }
 }
@@ -103,7 +114,9 @@ pub struct Engine {
     waiters: Arc<Waiters>,
     announcer: Arc<Announcer>,
     get_batcher: Option<GetBatcher>,
+    write_batcher: Option<WriteBatcher>,
     push_batcher: PushBatcher,
+    ack_batcher: Option<AckBatcher>,
     batch_stats: Arc<BatchStats>,
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
@@ -124,16 +137,22 @@ impl Engine {
         }
         let batch_stats = Arc::new(BatchStats::default());
         let get_batcher = (options.kv_get_batch_slots > 0)
-            .then(|| GetBatcher::start(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
+            .then(|| batch::start_gets(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
+        let write_batcher = (options.kv_write_batch_slots > 0)
+            .then(|| batch::start_writes(pool.clone(), options.kv_write_batch_slots, batch_stats.clone()));
         let announce = announce_fn(&waiters, &announcer);
         let push_batcher =
-            PushBatcher::start(pool.clone(), options.push_batch_slots, announce, batch_stats.clone());
+            batch::start_pushes(pool.clone(), options.push_batch_slots, announce, batch_stats.clone());
+        let ack_batcher = (options.ack_batch_slots > 0)
+            .then(|| batch::start_acks(pool.clone(), options.ack_batch_slots, batch_stats.clone()));
         Ok(Engine {
             pool,
             waiters,
             announcer,
             get_batcher,
+            write_batcher,
             push_batcher,
+            ack_batcher,
             batch_stats,
             shutdown,
             options,
@@ -158,31 +177,22 @@ impl Engine {
         &self.push_batcher
     }
 
-    /// Push batches this engine ran and the requests they carried.
-    pub fn push_batches(&self) -> (u64, u64) {
-        let s = self.batch_stats.pushes.snapshot();
-        (s.count, s.sum)
-    }
-
     pub(crate) fn get_batcher(&self) -> Option<&GetBatcher> {
         self.get_batcher.as_ref()
     }
 
-    /// KV get batches this engine ran and the gets they carried (their
-    /// ratio is the mean batch size).
-    pub fn kv_get_batches(&self) -> (u64, u64) {
-        let s = self.batch_stats.gets.snapshot();
-        (s.count, s.sum)
+    pub(crate) fn write_batcher(&self) -> Option<&WriteBatcher> {
+        self.write_batcher.as_ref()
     }
 
-    /// Sizes of the KV get batches so far.
-    pub fn kv_get_batch_sizes(&self) -> BatchSizes {
-        self.batch_stats.gets.snapshot()
+    pub(crate) fn ack_batcher(&self) -> Option<&AckBatcher> {
+        self.ack_batcher.as_ref()
     }
 
-    /// Sizes of the push batches so far (requests per statement).
-    pub fn push_batch_sizes(&self) -> BatchSizes {
-        self.batch_stats.pushes.snapshot()
+    /// How many requests each statement of a batcher carried so far (the
+    /// ratio of `sum` to `count` is the mean batch size).
+    pub fn batch_sizes(&self, kind: BatchKind) -> BatchSizes {
+        self.batch_stats.of(kind).snapshot()
     }
 
     /// Expired KV rows the sweeper of this engine has deleted.

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::batch::GetKey;
 use crate::kv_decode::decode_call;
 use crate::{Engine, EngineError, Json};
 
@@ -106,6 +107,33 @@ impl KvOp {
             | KvOp::Check { ns, key, .. }
             | KvOp::Incr { ns, key, .. } => Some((ns, key)),
             _ => None,
+        }
+    }
+
+    /// Whether a lost precondition aborts the call.
+    pub(crate) fn is_required(&self) -> bool {
+        match self {
+            KvOp::Put { required, .. }
+            | KvOp::PutIfAbsent { required, .. }
+            | KvOp::Delete { required, .. }
+            | KvOp::Check { required, .. }
+            | KvOp::Incr { required, .. } => *required,
+            _ => false,
+        }
+    }
+
+    /// Bytes of the value a write carries (what a batch is bounded by).
+    pub(crate) fn value_bytes(&self) -> usize {
+        match self {
+            KvOp::Put { value, key, .. } | KvOp::PutIfAbsent { value, key, .. } => {
+                value.get().len() + key.len()
+            }
+            KvOp::Get { key, .. }
+            | KvOp::Delete { key, .. }
+            | KvOp::Check { key, .. }
+            | KvOp::Incr { key, .. } => key.len(),
+            KvOp::GetMany { keys, .. } => keys.iter().map(String::len).sum(),
+            KvOp::GetPrefix { prefix, .. } => prefix.len(),
         }
     }
 
@@ -502,6 +530,136 @@ fn refuse_if_lost(inner: &str, key: &str) -> Result<(), EngineError> {
     Err(EngineError::Refused(body))
 }
 
+/// The verdict of one write (put, putIfAbsent, delete, check, incr) as its
+/// own statement: the JSON object its SQL function answered.
+pub(crate) async fn write_one(client: &deadpool_postgres::Client, op: &KvOp) -> Result<String, EngineError> {
+    let ttl = |e: &Expiry| match e {
+        Expiry::Ttl(s) => Some(*s as i64),
+        Expiry::Forever => None,
+    };
+    let forever = |e: &Expiry| matches!(e, Expiry::Forever).then_some(true);
+    let version = |v: u64| v as i64;
+    let row = match op {
+        KvOp::Put { ns, key, value, expiry, expect, .. } => {
+            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
+            let expect = expect.map(|e| version(e.wire()));
+            client.query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &expect]).await?
+        }
+        KvOp::PutIfAbsent { ns, key, value, expiry, .. } => {
+            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
+            client
+                .query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &Some(0i64)])
+                .await?
+        }
+        KvOp::Delete { ns, key, expect, .. } => {
+            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_delete.sql")).await?;
+            client.query_one(&stmt, &[ns, key, &expect.map(version)]).await?
+        }
+        KvOp::Check { ns, key, expect, .. } => {
+            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_check.sql")).await?;
+            client.query_one(&stmt, &[ns, key, &version(expect.wire())]).await?
+        }
+        KvOp::Incr { ns, key, delta, min, max, expiry, .. } => {
+            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_incr.sql")).await?;
+            let (min, max) = (min.as_ref().map(|m| m.get()), max.as_ref().map(|m| m.get()));
+            client
+                .query_one(&stmt, &[ns, key, &delta.get(), &min, &max, &ttl(expiry), &forever(expiry)])
+                .await?
+        }
+        KvOp::Get { .. } | KvOp::GetMany { .. } | KvOp::GetPrefix { .. } => {
+            return Err(EngineError::Protocol(format!("{} is not a write", op.name())));
+        }
+    };
+    Ok(row.try_get(0)?)
+}
+
+/// The typed arrays of `queen.kv_write_rows`: one element per single-op
+/// write of a batch. putIfAbsent travels as a put with expect 0, which is
+/// what it is.
+#[derive(Default)]
+pub(crate) struct WriteColumns<'a> {
+    op: Vec<&'static str>,
+    ns: Vec<&'a str>,
+    key: Vec<&'a str>,
+    value: Vec<Option<&'a str>>,
+    ttl: Vec<Option<i64>>,
+    forever: Vec<Option<bool>>,
+    expect: Vec<Option<i64>>,
+    delta: Vec<Option<&'a str>>,
+    min: Vec<Option<&'a str>>,
+    max: Vec<Option<&'a str>>,
+}
+
+impl<'a> WriteColumns<'a> {
+    /// Adds one write; reads are not written and are skipped by the caller.
+    pub(crate) fn add(&mut self, op: &'a KvOp) {
+        let expiry = |e: &Expiry| match e {
+            Expiry::Ttl(s) => (Some(*s as i64), None),
+            Expiry::Forever => (None, Some(true)),
+        };
+        let (name, ns, key, value, exp, expect, delta, min, max) = match op {
+            KvOp::Put { ns, key, value, expiry: e, expect, .. } => (
+                "put",
+                ns,
+                key,
+                Some(value.get()),
+                expiry(e),
+                expect.map(|x| x.wire() as i64),
+                None,
+                None,
+                None,
+            ),
+            KvOp::PutIfAbsent { ns, key, value, expiry: e, .. } => {
+                ("put", ns, key, Some(value.get()), expiry(e), Some(0), None, None, None)
+            }
+            KvOp::Delete { ns, key, expect, .. } => {
+                ("delete", ns, key, None, (None, None), expect.map(|x| x as i64), None, None, None)
+            }
+            KvOp::Check { ns, key, expect, .. } => {
+                ("check", ns, key, None, (None, None), Some(expect.wire() as i64), None, None, None)
+            }
+            KvOp::Incr { ns, key, delta, min, max, expiry: e, .. } => (
+                "incr",
+                ns,
+                key,
+                None,
+                expiry(e),
+                None,
+                Some(delta.get()),
+                min.as_ref().map(|m| m.get()),
+                max.as_ref().map(|m| m.get()),
+            ),
+            KvOp::Get { .. } | KvOp::GetMany { .. } | KvOp::GetPrefix { .. } => return,
+        };
+        self.op.push(name);
+        self.ns.push(ns);
+        self.key.push(key);
+        self.value.push(value);
+        self.ttl.push(exp.0);
+        self.forever.push(exp.1);
+        self.expect.push(expect);
+        self.delta.push(delta);
+        self.min.push(min);
+        self.max.push(max);
+    }
+
+    /// The ten arrays, in the order `kv_write_batch.sql` takes them.
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
+        [
+            &self.op,
+            &self.ns,
+            &self.key,
+            &self.value,
+            &self.ttl,
+            &self.forever,
+            &self.expect,
+            &self.delta,
+            &self.min,
+            &self.max,
+        ]
+    }
+}
+
 #[derive(Deserialize)]
 struct Results {
     results: Vec<KvResult>,
@@ -512,10 +670,13 @@ impl Engine {
     /// array). A lost `required` precondition is `Err(EngineError::Refused)`
     /// carrying the 200 body.
     pub async fn kv(&self, body: &str) -> Result<Json, EngineError> {
-        let ops = decode_call(body, false).map_err(kv_input_error)?;
+        let mut ops = decode_call(body, false).map_err(kv_input_error)?;
         match ops.as_slice() {
             [] => Ok(Json("{\"results\": []}".into())),
-            [op] => self.kv_one(op).await.map_err(kv_input_error),
+            [_] => match ops.pop() {
+                Some(op) => self.kv_one(op).await.map_err(kv_input_error),
+                None => Ok(Json("{\"results\": []}".into())),
+            },
             _ => {
                 let ctx = format!("{{\"maxReadBytes\":{}}}", self.kv_max_read_bytes());
                 let client = self.pool().get().await?;
@@ -530,75 +691,52 @@ impl Engine {
         }
     }
 
-    /// One checked op, one statement: no JSON is parsed in SQL.
-    async fn kv_one(&self, op: &KvOp) -> Result<Json, EngineError> {
-        if let (KvOp::Get { ns, key }, Some(batcher)) = (op, self.get_batcher()) {
-            return Ok(Json(results(&batcher.get(ns, key).await?)));
-        }
-        let client = self.pool().get().await?;
-        let ttl = |e: &Expiry| match e {
-            Expiry::Ttl(s) => Some(*s as i64),
-            Expiry::Forever => None,
-        };
-        let forever = |e: &Expiry| matches!(e, Expiry::Forever).then_some(true);
-        let version = |v: u64| v as i64;
-        let (inner, key, required): (String, &str, bool) = match op {
+    /// One checked op, one statement: no JSON is parsed in SQL. Single-key
+    /// gets and writes go through their batchers, which share a statement
+    /// (and a commit) between concurrent calls.
+    async fn kv_one(&self, op: KvOp) -> Result<Json, EngineError> {
+        let client = match op {
             KvOp::Get { ns, key } => {
+                if let Some(batcher) = self.get_batcher() {
+                    return Ok(Json(results(&batcher.call(GetKey { ns, key }).await?)));
+                }
+                let client = self.pool().get().await?;
                 let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get.sql")).await?;
-                let row = client.query_opt(&stmt, &[ns, key]).await?;
-                return Ok(Json(results(&get_element(key, row)?)));
+                let row = client.query_opt(&stmt, &[&ns, &key]).await?;
+                return Ok(Json(results(&get_element(&key, row)?)));
             }
-            KvOp::GetMany { ns, keys } => {
+            KvOp::GetMany { ref ns, ref keys } => {
+                let client = self.pool().get().await?;
                 let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_many.sql")).await?;
                 let row = client.query_one(&stmt, &[ns, keys, &self.kv_max_read_bytes()]).await?;
-                (row.try_get(0)?, "", false)
+                let inner: String = row.try_get(0)?;
+                return Ok(Json(results(&element(op.name(), &inner))));
             }
-            KvOp::GetPrefix { ns, prefix, after, limit, keys_only } => {
+            KvOp::GetPrefix { ref ns, ref prefix, ref after, limit, keys_only } => {
+                let client = self.pool().get().await?;
                 let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_prefix.sql")).await?;
                 let limit = limit.map(|l| l as i32);
                 let row = client
-                    .query_one(&stmt, &[ns, prefix, after, &limit, keys_only, &self.kv_max_read_bytes()])
+                    .query_one(&stmt, &[ns, prefix, after, &limit, &keys_only, &self.kv_max_read_bytes()])
                     .await?;
-                (row.try_get(0)?, "", false)
+                let inner: String = row.try_get(0)?;
+                return Ok(Json(results(&element(op.name(), &inner))));
             }
-            KvOp::Put { ns, key, value, expiry, expect, required } => {
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
-                let expect = expect.map(|e| version(e.wire()));
-                let row = client
-                    .query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &expect])
-                    .await?;
-                (row.try_get(0)?, key, *required)
-            }
-            KvOp::PutIfAbsent { ns, key, value, expiry, required } => {
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
-                let row = client
-                    .query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &Some(0i64)])
-                    .await?;
-                (row.try_get(0)?, key, *required)
-            }
-            KvOp::Delete { ns, key, expect, required } => {
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_delete.sql")).await?;
-                let row = client.query_one(&stmt, &[ns, key, &expect.map(version)]).await?;
-                (row.try_get(0)?, key, *required)
-            }
-            KvOp::Check { ns, key, expect, required } => {
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_check.sql")).await?;
-                let row = client.query_one(&stmt, &[ns, key, &version(expect.wire())]).await?;
-                (row.try_get(0)?, key, *required)
-            }
-            KvOp::Incr { ns, key, delta, min, max, expiry, required } => {
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_incr.sql")).await?;
-                let (min, max) = (min.as_ref().map(|m| m.get()), max.as_ref().map(|m| m.get()));
-                let row = client
-                    .query_one(&stmt, &[ns, key, &delta.get(), &min, &max, &ttl(expiry), &forever(expiry)])
-                    .await?;
-                (row.try_get(0)?, key, *required)
-            }
+            _ if self.write_batcher().is_some() => None,
+            _ => Some(self.pool().get().await?),
+        };
+        let name = op.name();
+        let required = op.is_required();
+        let key = op.written_key().map(|(_, k)| k.to_owned()).unwrap_or_default();
+        let verdict = match (client, self.write_batcher()) {
+            (Some(client), _) => write_one(&client, &op).await?,
+            (None, Some(batcher)) => batcher.call(op).await?,
+            (None, None) => write_one(&self.pool().get().await?, &op).await?,
         };
         if required {
-            refuse_if_lost(&inner, key)?;
+            refuse_if_lost(&verdict, &key)?;
         }
-        Ok(Json(results(&element(op.name(), &inner))))
+        Ok(Json(results(&element(name, &verdict))))
     }
 
     /// Runs typed KV operations in one transaction.

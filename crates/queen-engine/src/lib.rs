@@ -29,7 +29,7 @@ mod wire;
 
 pub use ack::{decode_ack_items, AckItem};
 pub use admin::QueueDepth;
-pub use batch::{BatchSizes, BATCH_SIZE_BOUNDS};
+pub use batch::{BatchKind, BatchSizes, BATCH_SIZE_BOUNDS};
 pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
 pub use config::DbConfig;
 pub use error::EngineError;

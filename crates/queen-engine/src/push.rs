@@ -138,7 +138,7 @@ impl Engine {
             return crate::batch::push_call(self.pool(), PushColumns::of(&items), None, &self.announce_fn())
                 .await;
         }
-        self.push_batcher().push(items).await
+        self.push_batcher().call(items).await
     }
 }
 

@@ -137,12 +137,8 @@ impl Engine {
         let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.into_iter().unzip();
         let mut queues: Vec<String> = items.iter().map(|i| i.queue.clone()).collect();
         let push = PushColumns::of(&items);
-        let mut acks = AckColumns::default();
-        let mut ack_slots = Vec::with_capacity(bundle.acks.len());
-        for (s, a) in bundle.acks {
-            ack_slots.push(s);
-            acks.push(a);
-        }
+        let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.into_iter().unzip();
+        let acks = AckColumns::of(&ack_items);
         let kv = KvColumns::of(&bundle.kv);
         let max_read = self.kv_max_read_bytes();
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![

@@ -137,6 +137,15 @@ struct ServeArgs {
     /// statements run at once.
     #[arg(long, env = "QUEEN_PUSH_BATCH_SLOTS", default_value_t = 4)]
     push_batch_slots: usize,
+    /// Single-op KV writes (put, putIfAbsent, incr, delete, check) that arrive together share one
+    /// statement and one commit; at most this many such statements run at once (0: every write
+    /// runs alone).
+    #[arg(long, env = "QUEEN_KV_WRITE_BATCH_SLOTS", default_value_t = 4)]
+    kv_write_batch_slots: usize,
+    /// Concurrent ack requests share one statement and one commit; at most this many such
+    /// statements run at once (0: every ack runs alone).
+    #[arg(long, env = "QUEEN_ACK_BATCH_SLOTS", default_value_t = 4)]
+    ack_batch_slots: usize,
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -260,7 +269,9 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         poll_interval: Duration::from_millis(args.poll_interval_ms.max(1)),
         cross_broker_wakeups: args.cross_broker_wakeups,
         kv_get_batch_slots: args.kv_get_batch_slots,
+        kv_write_batch_slots: args.kv_write_batch_slots,
         push_batch_slots: args.push_batch_slots.max(1),
+        ack_batch_slots: args.ack_batch_slots,
     };
     let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.

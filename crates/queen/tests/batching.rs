@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use common::{db_config, TestBroker};
-use queen_engine::{Engine, EngineError, EngineOptions, PopRequest};
+use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
 use serde_json::Value;
 
 fn batching_engine(b: &TestBroker) -> Arc<Engine> {
@@ -71,7 +71,8 @@ async fn racing_pushes_share_batches_and_keep_fifo_dedup_and_their_own_answers()
     let sql = b.sql().await;
     let row = sql.query_one("select count(*), max(seq) from queen.messages", &[]).await.expect("sql");
     assert_eq!((row.get::<_, i64>(0), row.get::<_, i64>(1)), (49, 48));
-    let (batches, requests) = engine.push_batches();
+    let sizes = engine.batch_sizes(BatchKind::Push);
+    let (batches, requests) = (sizes.count, sizes.sum);
     assert_eq!(requests, 65);
     assert!(batches < requests, "{batches} batches for {requests} requests: nothing was batched");
     // FIFO: a pop sees the log in offset order.

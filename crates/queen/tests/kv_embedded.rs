@@ -476,7 +476,8 @@ async fn concurrent_gets_are_batched_and_each_answers_its_own_key() {
             assert_eq!(r["found"], false, "{body}");
         }
     }
-    let (batches, items) = engine.kv_get_batches();
+    let sizes = engine.batch_sizes(queen_engine::BatchKind::KvGet);
+    let (batches, items) = (sizes.count, sizes.sum);
     assert_eq!(items, 400);
     assert!(batches < items, "{batches} batches for {items} gets: nothing was batched");
 }

@@ -158,3 +158,41 @@ BEGIN
 
   RETURN (SELECT json_agg(r ORDER BY n) FROM unnest(v_res) WITH ORDINALITY u(r, n));
 END $$;
+
+-- The ack requests of a batch (batch.rs) in one statement: each request
+-- runs ack_rows on its own items, in arrival order, so its answer is the
+-- one a call of its own would have had (the lowest nack of a request
+-- clamps its cursor; a later request sees the cursor the earlier one left).
+-- Every cursor of the batch is locked first, in the (partition, group)
+-- order ack_rows locks them in, so two batches never deadlock although a
+-- request's cursors and the next request's interleave. p_requests numbers
+-- each item's request from 0. Answers one JSON array per request.
+CREATE OR REPLACE FUNCTION queen.ack_requests(
+  p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_leases text[], p_groups text[],
+  p_requests integer[])
+RETURNS text[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_res text[] := '{}';
+  r record;
+BEGIN
+  PERFORM 1
+     FROM queen.cursors c
+    WHERE (c.partition_id, c.consumer_group) IN
+          (SELECT u.pid, u.grp FROM unnest(p_pids, p_groups) u(pid, grp))
+    ORDER BY c.partition_id, c.consumer_group
+      FOR UPDATE;
+  FOR r IN
+    SELECT u.req,
+           array_agg(u.txid ORDER BY u.n) AS txids, array_agg(u.pid ORDER BY u.n) AS pids,
+           array_agg(u.status ORDER BY u.n) AS statuses, array_agg(u.err ORDER BY u.n) AS errs,
+           array_agg(u.lease ORDER BY u.n) AS leases, array_agg(u.grp ORDER BY u.n) AS grps
+      FROM unnest(p_txids, p_pids, p_statuses, p_errors, p_leases, p_groups, p_requests)
+           WITH ORDINALITY u(txid, pid, status, err, lease, grp, req, n)
+     GROUP BY u.req
+     ORDER BY u.req
+  LOOP
+    v_res := v_res || queen.ack_rows(r.txids, r.pids, r.statuses, r.errs, r.leases, r.grps)::text;
+  END LOOP;
+  RETURN v_res;
+END $$;

@@ -48,7 +48,7 @@ BEGIN
     SELECT u.n::integer AS n
       FROM unnest(a_op, a_ns, a_key) WITH ORDINALITY u(op, ns, key, n)
      WHERE u.op IN ('put', 'putIfAbsent', 'delete', 'check', 'incr')
-     ORDER BY u.ns COLLATE "C", u.key COLLATE "C"
+     ORDER BY u.ns COLLATE "C", u.key COLLATE "C", u.n
   LOOP
     i := w.n;
     r := CASE a_op[i]
@@ -112,3 +112,43 @@ LANGUAGE sql AS $$
   )
   SELECT count(*)::integer FROM gone
 $$;
+
+-- Single-op writes of several calls in one statement (the KV write batcher,
+-- batch.rs): each member gets the verdict a call of its own would have had.
+-- Members run in (ns, key) byte order, arrival order within a key: the
+-- order kv_apply locks keys in, so a batch and a multi-op call never
+-- deadlock (every member takes its key lock before its row lock), and
+-- members on one key see each other exactly as serial calls would (one putIfAbsent winner, incr never past max, versions rising).
+-- No subtransaction: a member's refusal is its answer, not an exception.
+-- putIfAbsent arrives as a put with expect 0. Answers the verdicts in
+-- member order.
+CREATE OR REPLACE FUNCTION queen.kv_write_rows(
+  a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
+  a_expect bigint[], a_delta numeric[], a_min numeric[], a_max numeric[])
+RETURNS text[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_n integer := coalesce(array_length(a_op, 1), 0);
+  v_res text[];
+  w record;
+  i integer;
+BEGIN
+  v_res := array_fill(NULL::text, ARRAY[greatest(v_n, 1)]);
+  FOR w IN
+    SELECT u.n::integer AS n
+      FROM unnest(a_ns, a_key) WITH ORDINALITY u(ns, key, n)
+     ORDER BY u.ns COLLATE "C", u.key COLLATE "C", u.n
+  LOOP
+    i := w.n;
+    -- delete and check lock only the row, so a later member on the same
+    -- key would take the key lock after the row lock: take it first.
+    PERFORM queen.kv_lock(a_ns[i], a_key[i]);
+    v_res[i] := (CASE a_op[i]
+      WHEN 'put' THEN queen.kv_put(a_ns[i], a_key[i], a_value[i], a_ttl[i], a_forever[i], a_expect[i])
+      WHEN 'delete' THEN queen.kv_delete(a_ns[i], a_key[i], a_expect[i])
+      WHEN 'check' THEN queen.kv_check(a_ns[i], a_key[i], a_expect[i])
+      WHEN 'incr' THEN queen.kv_incr(a_ns[i], a_key[i], a_delta[i], a_min[i], a_max[i], a_ttl[i], a_forever[i])
+    END)::text;
+  END LOOP;
+  RETURN v_res[1:v_n];
+END $$;

@@ -290,9 +290,8 @@ pub(crate) async fn metrics_prometheus(State(app): State<Arc<AppState>>) -> Resp
         app.engine.kv_rows_pruned()
     );
     let _ = writeln!(out, "# TYPE queen_batch_size histogram");
-    for (kind, sizes) in
-        [("push", app.engine.push_batch_sizes()), ("kv_get", app.engine.kv_get_batch_sizes())]
-    {
+    for kind in queen_engine::BatchKind::ALL {
+        let (sizes, kind) = (app.engine.batch_sizes(kind), kind.label());
         let mut cumulative = 0;
         for (bound, n) in queen_engine::BATCH_SIZE_BOUNDS.iter().zip(&sizes.buckets) {
             cumulative += n;

@@ -1,0 +1,444 @@
+//! The KV write and ack batchers: concurrent single-op KV writes and
+//! concurrent ack requests share one statement and one commit, and each
+//! member still gets the answer a call of its own would have had. One batch
+//! slot forces the requests in flight into few batches; four slots let
+//! batches run side by side, which is what the deadlock checks need.
+mod common;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{db_config, TestBroker};
+use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
+use serde_json::{json, Value};
+use tokio::sync::Barrier;
+
+fn engine_with_slots(b: &TestBroker, slots: usize) -> Arc<Engine> {
+    let options = EngineOptions {
+        kv_write_batch_slots: slots,
+        ack_batch_slots: slots,
+        push_batch_slots: slots,
+        kv_sweep_interval: None,
+        ..EngineOptions::default()
+    };
+    Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"))
+}
+
+/// Runs every body as a KV call of its own, all released at once.
+async fn kv_all(engine: &Arc<Engine>, bodies: Vec<Value>) -> Vec<Result<Value, EngineError>> {
+    let barrier = Arc::new(Barrier::new(bodies.len()));
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .map(|body| {
+            let (engine, barrier) = (engine.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                engine
+                    .kv(&body.to_string())
+                    .await
+                    .map(|j| serde_json::from_str::<Value>(&j.0).expect("json")["results"][0].clone())
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("join"));
+    }
+    out
+}
+
+/// Deadlocks PostgreSQL has counted in this test's database. Statistics
+/// reach the shared counters within about a second of a transaction's end.
+async fn deadlocks(b: &TestBroker) -> i64 {
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sql = b.sql().await;
+    sql.batch_execute("select pg_stat_clear_snapshot()").await.expect("clear");
+    let row = sql
+        .query_one("select deadlocks from pg_stat_database where datname = current_database()", &[])
+        .await
+        .expect("deadlocks");
+    row.get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_batched_put_if_absent_on_one_key_have_one_winner_that_every_loser_names() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let bodies = (0..64)
+        .map(|i| json!([{"op": "putIfAbsent", "ns": "race", "key": "once", "value": {"by": i}, "ttlSeconds": 600}]))
+        .collect();
+    let results: Vec<Value> = kv_all(&engine, bodies).await.into_iter().map(|r| r.expect("kv")).collect();
+    let winners: Vec<(usize, &Value)> =
+        results.iter().enumerate().filter(|(_, r)| r["applied"] == json!(true)).collect();
+    assert_eq!(winners.len(), 1, "exactly one winner: {results:?}");
+    let (who, w) = winners[0];
+    assert_eq!(w["value"], json!({"by": who}));
+    for r in results.iter().filter(|r| r["applied"] == json!(false)) {
+        assert_eq!(r["reason"], "exists", "{r}");
+        assert_eq!(r["value"], w["value"], "a loser names the winner's value");
+        assert_eq!(r["version"], w["version"], "and its version");
+    }
+    let sql = b.sql().await;
+    let row = sql
+        .query_one("select value::text, version from queen.kv where key = 'once'", &[])
+        .await
+        .expect("row");
+    assert_eq!(serde_json::from_str::<Value>(&row.get::<_, String>(0)).expect("json"), w["value"]);
+    assert_eq!(json!(row.get::<_, i64>(1)), w["version"]);
+    let sizes = engine.batch_sizes(BatchKind::KvWrite);
+    assert_eq!(sizes.sum, 64);
+    assert!(sizes.count < 64, "{} batches for 64 writes: nothing was batched", sizes.count);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_incr_with_max_never_passes_it_and_versions_rise_with_the_value() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let bodies = (0..64)
+        .map(|_| json!([{"op": "incr", "ns": "race", "key": "n", "delta": 1, "max": 50, "forever": true}]))
+        .collect();
+    let results: Vec<Value> = kv_all(&engine, bodies).await.into_iter().map(|r| r.expect("kv")).collect();
+    let mut applied: Vec<(i64, i64)> = results
+        .iter()
+        .filter(|r| r["applied"] == json!(true))
+        .map(|r| (r["value"].as_i64().expect("value"), r["version"].as_i64().expect("version")))
+        .collect();
+    assert_eq!(applied.len(), 50, "{results:?}");
+    for r in results.iter().filter(|r| r["applied"] == json!(false)) {
+        assert_eq!(r["reason"], "limit", "{r}");
+        assert_eq!(r["value"], json!(50), "a refused incr sees the counter at its max");
+    }
+    applied.sort();
+    let values: Vec<i64> = applied.iter().map(|a| a.0).collect();
+    assert_eq!(values, (1..=50).collect::<Vec<i64>>(), "each step applied once");
+    assert!(applied.windows(2).all(|w| w[0].1 < w[1].1), "versions rise with the counter: {applied:?}");
+    assert_eq!(b.scalar("select (value #>> '{}')::bigint from queen.kv where key = 'n'").await, 50);
+    assert!(engine.batch_sizes(BatchKind::KvWrite).count < 64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_member_of_a_write_batch_gets_its_own_verdict() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    engine.kv(r#"[{"op":"put","ns":"m","key":"held","value":1,"forever":true}]"#).await.expect("seed");
+    let mut bodies = Vec::new();
+    for i in 0..16 {
+        bodies.push(json!([{"op": "put", "ns": "m", "key": format!("k{i}"), "value": i, "ttlSeconds": 60}]));
+        // A required expect that cannot hold: refused alone, nothing written.
+        bodies.push(json!([{"op": "put", "ns": "m", "key": format!("x{i}"), "value": i, "ttlSeconds": 60,
+                            "expect": 7, "required": true}]));
+        bodies.push(json!([{"op": "check", "ns": "m", "key": "held", "expect": 0}]));
+        bodies.push(json!([{"op": "delete", "ns": "m", "key": format!("gone{i}")}]));
+    }
+    let results = kv_all(&engine, bodies).await;
+    for (n, r) in results.into_iter().enumerate() {
+        let i = n / 4;
+        match n % 4 {
+            0 => {
+                let r = r.expect("put");
+                assert_eq!((r["applied"].clone(), r["value"].clone()), (json!(true), json!(i)), "{r}");
+                assert_eq!(r["op"], "put");
+                assert_eq!(r["index"], 0);
+            }
+            1 => match r {
+                Err(EngineError::Refused(body)) => {
+                    let body: Value = serde_json::from_str(&body).expect("json");
+                    assert_eq!(body["reason"], "kv_precondition");
+                    assert_eq!(body["kvReason"], "absent");
+                    assert_eq!(body["key"], format!("x{i}"));
+                }
+                other => panic!("a lost required expect is refused: {other:?}"),
+            },
+            2 => {
+                let r = r.expect("check");
+                assert_eq!(
+                    (r["applied"].clone(), r["reason"].clone()),
+                    (json!(false), json!("exists")),
+                    "{r}"
+                );
+            }
+            _ => {
+                let r = r.expect("delete");
+                assert_eq!(
+                    (r["applied"].clone(), r["reason"].clone()),
+                    (json!(false), json!("absent")),
+                    "{r}"
+                );
+            }
+        }
+    }
+    assert_eq!(b.scalar("select count(*) from queen.kv where key like 'x%'").await, 0);
+    assert_eq!(b.scalar("select count(*) from queen.kv where key like 'k%'").await, 16);
+    assert!(engine.batch_sizes(BatchKind::KvWrite).count < 64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_write_batch_that_fails_as_a_whole_fails_only_its_poison_member() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    // Only the database can refuse this key: a trigger stands in for any
+    // failure a statement meets after the engine's checks.
+    b.sql()
+        .await
+        .batch_execute(
+            "create function poison() returns trigger language plpgsql as $$
+             begin raise exception 'poisoned key'; end $$;
+             create trigger poison before insert on queen.kv for each row
+               when (new.key = 'poison') execute function poison();",
+        )
+        .await
+        .expect("trigger");
+    let bodies = (0..32)
+        .map(|i| {
+            let key = if i == 17 { "poison".to_owned() } else { format!("ok{i}") };
+            json!([{"op": "put", "ns": "p", "key": key, "value": i, "forever": true}])
+        })
+        .collect();
+    let results = kv_all(&engine, bodies).await;
+    for (i, r) in results.iter().enumerate() {
+        if i == 17 {
+            assert!(matches!(r, Err(EngineError::Database(_))), "the poison member fails: {r:?}");
+        } else {
+            assert_eq!(r.as_ref().expect("put")["applied"], json!(true), "member {i}");
+        }
+    }
+    assert_eq!(b.scalar("select count(*) from queen.kv where ns = 'p'").await, 31);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn write_batches_in_opposite_key_orders_beside_multi_op_calls_never_deadlock() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 4);
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let mut bodies = Vec::new();
+    for round in 0..12 {
+        let order: Vec<&String> =
+            if round % 2 == 0 { keys.iter().collect() } else { keys.iter().rev().collect() };
+        for k in order {
+            bodies.push(json!([{"op": "incr", "ns": "d", "key": k, "delta": 1, "forever": true}]));
+        }
+        // A multi-op call over every key (kv_apply locks them in key order).
+        let ops: Vec<Value> = keys
+            .iter()
+            .rev()
+            .map(|k| json!({"op": "incr", "ns": "d", "key": k, "delta": 1, "forever": true}))
+            .collect();
+        bodies.push(Value::Array(ops));
+    }
+    let n = bodies.len();
+    let results = kv_all(&engine, bodies).await;
+    assert_eq!(results.iter().filter(|r| r.is_ok()).count(), n, "{results:?}");
+    // 12 rounds: 12 single incrs and 12 multi-op incrs of every key.
+    assert_eq!(
+        b.scalar("select sum((value #>> '{}')::bigint)::bigint from queen.kv where ns = 'd'").await,
+        8 * 24
+    );
+    assert_eq!(deadlocks(&b).await, 0, "a batch locked keys out of order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deletes_checks_and_writes_of_one_key_mixed_in_batches_never_conflict() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 4);
+    // A batch may hold a delete (a row lock) and then a put of the same key
+    // (the key lock): without the key lock first, two such batches deadlock.
+    let tasks: Vec<_> = (0..16usize)
+        .map(|t| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let mut seen = 0i64;
+                for i in 0..30 {
+                    let op = match (t + i) % 5 {
+                        0 => json!({"op": "delete", "ns": "mix", "key": "k"}),
+                        1 => json!({"op": "putIfAbsent", "ns": "mix", "key": "k", "value": t, "ttlSeconds": 60}),
+                        2 => json!({"op": "incr", "ns": "mix", "key": "k", "ttlSeconds": 60}),
+                        3 => json!({"op": "check", "ns": "mix", "key": "k", "expect": 0}),
+                        _ => json!({"op": "put", "ns": "mix", "key": "k", "value": 1, "forever": true}),
+                    };
+                    let body = json!([op]).to_string();
+                    let r: Value = serde_json::from_str(&engine.kv(&body).await.expect("no conflict").0).expect("json");
+                    let r = &r["results"][0];
+                    if r["applied"] == json!(true) && r["op"] != "delete" && r["op"] != "check" {
+                        let v = r["version"].as_i64().expect("version");
+                        assert!(v > seen, "a write after seeing {seen} got {v}");
+                        seen = v;
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("worker");
+    }
+    assert_eq!(deadlocks(&b).await, 0);
+}
+
+/// Pushes one message to each partition and pops them all under `group`.
+async fn leased(b: &TestBroker, engine: &Engine, queue: &str, partitions: usize, per: usize) -> Vec<Value> {
+    for p in 0..partitions {
+        let items: Vec<(String, Value)> = (0..per).map(|i| (format!("{queue}-{p}-{i}"), json!(i))).collect();
+        let items: Vec<(&str, Value)> = items.iter().map(|(t, v)| (t.as_str(), v.clone())).collect();
+        b.push(queue, &format!("p{p}"), &items).await;
+    }
+    let req = PopRequest {
+        queue: queue.into(),
+        consumer_group: Some("g".into()),
+        batch: (partitions * per) as i32,
+        partitions: partitions as i32,
+        ..PopRequest::default()
+    };
+    let popped: Value =
+        serde_json::from_str(&engine.pop(&req).await.expect("pop").expect("some").0).expect("json");
+    let messages = popped["messages"].as_array().expect("messages").clone();
+    assert_eq!(messages.len(), partitions * per);
+    messages
+}
+
+fn ack_body(m: &Value, status: &str) -> String {
+    json!([{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
+            "status": status}])
+    .to_string()
+}
+
+async fn ack_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value, EngineError>> {
+    let barrier = Arc::new(Barrier::new(bodies.len()));
+    let tasks: Vec<_> = bodies
+        .into_iter()
+        .map(|body| {
+            let (engine, barrier) = (engine.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                engine.ack(&body, Some("g")).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.expect("join"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_acks_on_one_partition_commit_the_cursor_as_serial_acks_would() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let messages = leased(&b, &engine, "acks", 1, 64).await;
+    let answers = ack_all(&engine, messages.iter().map(|m| ack_body(m, "completed")).collect()).await;
+    let mut released = 0;
+    for (m, a) in messages.iter().zip(&answers) {
+        let a = &a.as_ref().expect("ack")[0];
+        assert_eq!(a["index"], 0, "each request indexes from 0: {a}");
+        assert_eq!(a["transactionId"], m["transactionId"]);
+        assert_eq!(a["success"], json!(true), "{a}");
+        released += a["leaseReleased"].as_bool().map_or(0, i64::from);
+    }
+    assert_eq!(released, 1, "the lease is released once, by the ack that reached the end of the batch");
+    assert_eq!(b.scalar("select next_seq from queen.cursors where consumer_group = 'g'").await, 64);
+    assert_eq!(b.scalar("select count(*) from queen.cursors where lease_id is not null").await, 0);
+    assert!(engine.batch_sizes(BatchKind::Ack).count < 64, "nothing was batched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nack_in_an_ack_batch_clamps_only_its_own_cursor() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let messages = leased(&b, &engine, "mixed", 16, 1).await;
+    let bodies: Vec<String> = messages
+        .iter()
+        .map(|m| ack_body(m, if m["partition"] == "p3" { "failed" } else { "completed" }))
+        .collect();
+    for a in ack_all(&engine, bodies).await {
+        assert_eq!(a.expect("ack")[0]["success"], json!(true));
+    }
+    let sql = b.sql().await;
+    let rows = sql
+        .query(
+            "select p.name, c.next_seq, c.retry_count from queen.cursors c
+               join queen.partitions p on p.id = c.partition_id where c.consumer_group = 'g'",
+            &[],
+        )
+        .await
+        .expect("cursors");
+    assert_eq!(rows.len(), 16);
+    for r in rows {
+        let (name, next, retries): (String, i64, i32) = (r.get(0), r.get(1), r.get(2));
+        if name == "p3" {
+            assert_eq!((next, retries), (0, 1), "the failed message redelivers");
+        } else {
+            assert_eq!((next, retries), (1, 0), "{name}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn ack_batches_over_interleaved_partitions_never_deadlock() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 4);
+    let messages = leased(&b, &engine, "cross", 2, 32).await;
+    let last = |p: &str| messages.iter().rev().find(|m| m["partition"] == p).cloned().expect("message");
+    let (a, z) = (ack_body(&last("p0"), "completed"), ack_body(&last("p1"), "completed"));
+    // Sixteen workers ack both partitions, half of them p1 first, so the
+    // batches that run side by side hold members in both arrival orders.
+    // A repeated ack is a noop, but it still locks its cursor.
+    let tasks: Vec<_> = (0..16)
+        .map(|w| {
+            let engine = engine.clone();
+            let order = if w % 2 == 0 { [a.clone(), z.clone()] } else { [z.clone(), a.clone()] };
+            tokio::spawn(async move {
+                for _ in 0..40 {
+                    for body in &order {
+                        let v: Value =
+                            serde_json::from_str(&engine.ack(body, Some("g")).await.expect("ack").0)
+                                .expect("json");
+                        assert_eq!(v[0]["success"], json!(true), "{v}");
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("worker");
+    }
+    assert_eq!(b.scalar("select min(next_seq) from queen.cursors where consumer_group = 'g'").await, 32);
+    assert!(engine.batch_sizes(BatchKind::Ack).count < 16 * 80, "nothing was batched");
+    assert_eq!(deadlocks(&b).await, 0, "an ack batch locked cursors out of order");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ack_batch_that_fails_as_a_whole_fails_only_its_poison_request() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let messages = leased(&b, &engine, "poison", 8, 1).await;
+    b.sql()
+        .await
+        .batch_execute(
+            "create function poison() returns trigger language plpgsql as $$
+             begin
+               if new.partition_id = (select id from queen.partitions where name = 'p5') then
+                 raise exception 'poisoned cursor';
+               end if;
+               return new;
+             end $$;
+             create trigger poison before update on queen.cursors for each row execute function poison();",
+        )
+        .await
+        .expect("trigger");
+    let answers = ack_all(&engine, messages.iter().map(|m| ack_body(m, "completed")).collect()).await;
+    let mut failed = HashSet::new();
+    for (m, a) in messages.iter().zip(answers) {
+        match a {
+            Ok(v) => assert_eq!(v[0]["success"], json!(true), "{v}"),
+            Err(EngineError::Database(_)) => {
+                failed.insert(m["partition"].as_str().expect("partition").to_owned());
+            }
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(failed, HashSet::from(["p5".to_owned()]));
+    assert_eq!(
+        b.scalar("select count(*) from queen.cursors where consumer_group = 'g' and next_seq = 1").await,
+        7
+    );
+}
