@@ -20,6 +20,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
 
+mod driver;
 mod report;
 mod soak;
 mod workload;
@@ -290,29 +291,22 @@ async fn run_ours(
     pid: u32,
     blob: Arc<String>,
 ) -> anyhow::Result<Ours> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(clients).build()?;
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let empty = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for c in 0..clients {
-        let (http, base, stop, done, empty, errors, blob) = (
-            http.clone(),
-            base.to_owned(),
-            stop.clone(),
-            done.clone(),
-            empty.clone(),
-            errors.clone(),
-            blob.clone(),
-        );
+        let mut http = driver::LeanConn::new(base)?;
+        let (stop, done, empty, errors, blob) =
+            (stop.clone(), done.clone(), empty.clone(), errors.clone(), blob.clone());
         tasks.push(tokio::spawn(async move {
             let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
             while !stop.load(Ordering::Relaxed) {
                 let op = w.pick(&mut rng);
                 let t = Instant::now();
-                let outcome = match op.http_op(&http, &base, c, &mut rng, &blob).await {
+                let outcome = match op.http_op(&mut http, c, &mut rng, &blob).await {
                     Ok(o) => o,
                     Err(e) => {
                         tracing::warn!("{}: {e:#}", w.name());

@@ -12,6 +12,7 @@
 //! connections, the ops, errors and latency of the interval are recorded.
 //! Results: `<out>/soak-<unix time>/` (soak.json, soak.md, soak.png).
 
+use crate::driver::Reqwest;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -103,9 +104,17 @@ impl Op {
     ) -> anyhow::Result<Outcome> {
         // The consuming ops and the KV get are the bench's own workloads.
         match self {
-            Op::PopAck => return Workload::PopAck.http_op(http, base, worker, rng, "").await,
-            Op::OnceAck => return Workload::OnceAck.http_op(http, base, worker, rng, "").await,
-            Op::KvGet => return Workload::KvGet { size: 0 }.http_op(http, base, worker, rng, "").await,
+            Op::PopAck => {
+                return Workload::PopAck.http_op(&mut Reqwest { http, base }, worker, rng, "").await
+            }
+            Op::OnceAck => {
+                return Workload::OnceAck.http_op(&mut Reqwest { http, base }, worker, rng, "").await
+            }
+            Op::KvGet => {
+                return Workload::KvGet { size: 0 }
+                    .http_op(&mut Reqwest { http, base }, worker, rng, "")
+                    .await
+            }
             _ => {}
         }
         let n = rng.next();

@@ -5,6 +5,8 @@
 use anyhow::{bail, Context};
 use serde_json::Value;
 
+use crate::driver::Driver;
+
 /// One workload. Sizes are parameters so that the scaling runs reuse them.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Workload {
@@ -368,50 +370,42 @@ impl Workload {
     }
 
     /// One HTTP op (`pick` it first for `mixed`).
-    pub async fn http_op(
+    pub async fn http_op<D: Driver>(
         self,
-        http: &reqwest::Client,
-        base: &str,
+        http: &mut D,
         client_id: usize,
         rng: &mut Rng,
         blob: &str,
     ) -> anyhow::Result<Outcome> {
-        let post = |path: &str, body: String| {
-            http.post(format!("{base}{path}")).header("content-type", "application/json").body(body).send()
-        };
         let resp = match self {
             Workload::Push { batch, .. } => {
                 let item = format!(r#"{{"queue":"bench","partition":"p{client_id}","payload":{{"n":1}}}}"#);
                 let items = vec![item; batch as usize].join(",");
-                post("/api/v1/push", format!(r#"{{"items":[{items}]}}"#)).await?
+                http.post("/api/v1/push", format!(r#"{{"items":[{items}]}}"#)).await?
             }
             Workload::PopAck | Workload::OnceAck | Workload::PopAny { .. } | Workload::Fanout { .. } => {
                 let url = match self {
-                    Workload::PopAny { .. } => {
-                        format!("{base}/api/v1/pop/queue/bench-any?batch=1&wait=false")
-                    }
+                    Workload::PopAny { .. } => "/api/v1/pop/queue/bench-any?batch=1&wait=false".to_owned(),
                     Workload::Fanout { groups } => format!(
-                        "{base}/api/v1/pop/queue/bench-fan?batch=10&wait=false&consumerGroup=g{}",
+                        "/api/v1/pop/queue/bench-fan?batch=10&wait=false&consumerGroup=g{}",
                         client_id % groups.max(1) as usize
                     ),
-                    _ => format!(
-                        "{base}/api/v1/pop/queue/{POP_QUEUE}/partition/p{client_id}?batch=1&wait=false"
-                    ),
+                    _ => format!("/api/v1/pop/queue/{POP_QUEUE}/partition/p{client_id}?batch=1&wait=false"),
                 };
-                let popped = http.get(url).send().await?;
-                match popped.status().as_u16() {
+                let (status, popped) = http.get(&url).await?;
+                match status {
                     200 => {}
                     204 => return Ok(Outcome::Empty),
                     _ => return Ok(Outcome::Wrong),
                 }
-                let v: Value = popped.json().await?;
+                let v: Value = serde_json::from_slice(&popped)?;
                 let acks = completed_acks(&v);
                 let Some(first) = acks.first() else { return Ok(Outcome::Wrong) };
                 match self {
                     Workload::Fanout { .. } => {
                         let body =
                             serde_json::json!({"acknowledgments": acks, "consumerGroup": v["consumerGroup"]});
-                        post("/api/v1/ack/batch", body.to_string()).await?
+                        http.post("/api/v1/ack/batch", body.to_string()).await?
                     }
                     Workload::OnceAck => {
                         let m = &v["messages"][0];
@@ -423,20 +417,23 @@ impl Workload {
                             "kv": [{"op": "putIfAbsent", "ns": "once",
                                     "key": format!("charge:{}", m["transactionId"].as_str().unwrap_or("")),
                                     "value": true, "ttlSeconds": 86400, "required": true}]});
-                        post("/api/v1/transaction", bundle.to_string()).await?
+                        http.post("/api/v1/transaction", bundle.to_string()).await?
                     }
-                    _ => post("/api/v1/ack", first.to_string()).await?,
+                    _ => http.post("/api/v1/ack", first.to_string()).await?,
                 }
             }
             Workload::KvGet { size } => {
                 let k = rng.next() % if size == 0 { 10_000 } else { 1000 } + 1;
                 let ns = if size == 0 { "bench" } else { "vs" };
-                post("/api/v1/kv", format!(r#"{{"operations":[{{"op":"get","ns":"{ns}","key":"k:{k}"}}]}}"#))
-                    .await?
+                http.post(
+                    "/api/v1/kv",
+                    format!(r#"{{"operations":[{{"op":"get","ns":"{ns}","key":"k:{k}"}}]}}"#),
+                )
+                .await?
             }
             Workload::KvPut { size: 0 } => {
                 let k = rng.next() % 10_000 + 1;
-                post(
+                http.post(
                     "/api/v1/kv",
                     format!(r#"{{"operations":[{{"op":"put","ns":"bench","key":"k:{k}","value":{k},"forever":true}}]}}"#),
                 )
@@ -444,7 +441,7 @@ impl Workload {
             }
             Workload::KvPut { .. } => {
                 let k = rng.next() % 1000 + 1;
-                post(
+                http.post(
                     "/api/v1/kv",
                     format!(r#"{{"operations":[{{"op":"put","ns":"vs","key":"k:{k}","value":"{blob}","forever":true}}]}}"#),
                 )
@@ -452,7 +449,7 @@ impl Workload {
             }
             Workload::KvPutIfAbsent => {
                 let k = rng.next() % 9_000_000_000_000_000_000;
-                post(
+                http.post(
                     "/api/v1/kv",
                     format!(r#"{{"operations":[{{"op":"putIfAbsent","ns":"bench","key":"n:{k}","value":1,"ttlSeconds":3600}}]}}"#),
                 )
@@ -460,7 +457,7 @@ impl Workload {
             }
             Workload::KvIncr => {
                 let k = rng.next() % 10_000 + 1;
-                post(
+                http.post(
                     "/api/v1/kv",
                     format!(r#"{{"operations":[{{"op":"incr","ns":"bench","key":"c:{k}","delta":1,"forever":true}}]}}"#),
                 )
@@ -469,7 +466,7 @@ impl Workload {
             Workload::KvPrefix { keys } => {
                 let start = rng.next() % u64::from(keys.saturating_sub(100).max(1));
                 let ns = short(keys);
-                post(
+                http.post(
                     "/api/v1/kv",
                     format!(
                         r#"{{"operations":[{{"op":"getPrefix","ns":"p{ns}","prefix":"k:","after":"k:{start:07}","limit":100}}]}}"#
@@ -479,8 +476,8 @@ impl Workload {
             }
             Workload::Mixed => bail!("mixed is drawn by Workload::pick before the op"),
         };
-        let ok = resp.status().is_success();
-        let body = resp.bytes().await?;
+        let (status, body) = resp;
+        let ok = (200..300).contains(&status);
         // A refused ack or bundle is a 200 with success false.
         if !ok || (self.consumes() && refused(&body)) {
             return Ok(Outcome::Wrong);

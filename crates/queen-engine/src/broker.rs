@@ -35,7 +35,9 @@ pub struct EngineOptions {
     /// messages at their next re-check (`poll_interval`).
     pub cross_broker_wakeups: bool,
     /// Single-key KV gets that arrive together share one statement; this
-    /// many such statements may run at once (0: every get runs alone).
+    /// many such statements may run at once (0: every get runs alone). One
+    /// is best for reads: a get waits for no flush, so a second statement
+    /// in flight only splits the batch and adds a statement's fixed cost.
     pub kv_get_batch_slots: usize,
     /// Single-op KV writes that arrive together share one statement and
     /// one commit; this many such statements may run at once (0: every
@@ -57,7 +59,7 @@ impl Default for EngineOptions {
             kv_sweep_interval: Some(Duration::from_secs(30)),
             kv_sweep_batch: 1000,
             cross_broker_wakeups: true,
-            kv_get_batch_slots: 4,
+            kv_get_batch_slots: 1,
             kv_write_batch_slots: 4,
             push_batch_slots: 4,
             ack_batch_slots: 4,

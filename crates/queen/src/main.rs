@@ -131,7 +131,7 @@ struct ServeArgs {
     cross_broker_wakeups: bool,
     /// Single-key KV gets that arrive together share one statement; at most this many such
     /// statements run at once (0: every get runs alone).
-    #[arg(long, env = "QUEEN_KV_GET_BATCH_SLOTS", default_value_t = 4)]
+    #[arg(long, env = "QUEEN_KV_GET_BATCH_SLOTS", default_value_t = 1)]
     kv_get_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; at most this many such
     /// statements run at once.
