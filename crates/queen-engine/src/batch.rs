@@ -16,7 +16,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::ack::{AckColumns, AckItem};
-use crate::kv::{get_element, write_one, KvOp};
+use crate::kv::{get_element, write_one, Expect, Expiry, KvOp};
 use crate::push::{PushColumns, PushItem};
 use crate::{EngineError, Json};
 
@@ -364,6 +364,15 @@ async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) {
 /// `queen.kv_write_rows` applies them in (ns, key) byte order, arrival
 /// order within a key: the order every KV writer locks keys in.
 async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineError> {
+    if let Some(puts) = PutColumns::of(ops) {
+        let client = pool.get().await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put_batch.sql")).await?;
+        let row = client
+            .query_one(&stmt, &[&puts.ns, &puts.key, &puts.value, &puts.ttl, &puts.forever, &puts.if_absent])
+            .await?;
+        let verdicts: Option<Vec<String>> = row.try_get(0)?;
+        return Ok(verdicts.unwrap_or_default());
+    }
     let mut c = crate::kv::WriteColumns::default();
     for op in ops {
         c.add(op);
@@ -500,4 +509,52 @@ async fn ack_many(pool: &Pool, c: &AckColumns<'_>, requests: &[i32]) -> Result<V
         .await?;
     let answers: Vec<String> = row.try_get(0)?;
     Ok(answers.into_iter().map(Json).collect())
+}
+
+/// The arrays of `kv_put_batch.sql`: a batch of puts (no expect, or expect
+/// 0) and putIfAbsents on distinct keys, the common batch, which one
+/// set-based statement answers. Any other batch runs `kv_write_rows`.
+struct PutColumns<'a> {
+    ns: Vec<&'a str>,
+    key: Vec<&'a str>,
+    value: Vec<&'a str>,
+    ttl: Vec<Option<i64>>,
+    forever: Vec<Option<bool>>,
+    if_absent: Vec<bool>,
+}
+
+impl<'a> PutColumns<'a> {
+    fn of(ops: &[&'a KvOp]) -> Option<Self> {
+        let mut c = PutColumns {
+            ns: Vec::with_capacity(ops.len()),
+            key: Vec::with_capacity(ops.len()),
+            value: Vec::with_capacity(ops.len()),
+            ttl: Vec::with_capacity(ops.len()),
+            forever: Vec::with_capacity(ops.len()),
+            if_absent: Vec::with_capacity(ops.len()),
+        };
+        let mut keys = std::collections::HashSet::with_capacity(ops.len());
+        for op in ops {
+            let (ns, key, value, expiry, if_absent) = match op {
+                KvOp::Put { ns, key, value, expiry, expect: None, .. } => (ns, key, value, expiry, false),
+                KvOp::Put { ns, key, value, expiry, expect: Some(Expect::Absent), .. }
+                | KvOp::PutIfAbsent { ns, key, value, expiry, .. } => (ns, key, value, expiry, true),
+                _ => return None,
+            };
+            if !keys.insert((ns.as_str(), key.as_str())) {
+                return None;
+            }
+            let (ttl, forever) = match expiry {
+                Expiry::Ttl(s) => (Some(*s as i64), None),
+                Expiry::Forever => (None, Some(true)),
+            };
+            c.ns.push(ns);
+            c.key.push(key);
+            c.value.push(value.get());
+            c.ttl.push(ttl);
+            c.forever.push(forever);
+            c.if_absent.push(if_absent);
+        }
+        Some(c)
+    }
 }

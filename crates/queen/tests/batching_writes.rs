@@ -274,6 +274,126 @@ async fn deletes_checks_and_writes_of_one_key_mixed_in_batches_never_conflict() 
     assert_eq!(deadlocks(&b).await, 0);
 }
 
+/// Puts on distinct keys take the set-based statement (kv_put_batch.sql):
+/// each member's verdict is still the one kv_put gives alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn set_based_put_batches_answer_each_member_as_kv_put_would() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let sql = b.sql().await;
+    // live0..7 are live, dead0..7 expired but not yet swept, new0..7 absent.
+    sql.batch_execute(
+        "insert into queen.kv (ns, key, value, version, expires_at)
+         select 's', 'live' || i, to_jsonb(i), nextval('queen.kv_version_seq'), null from generate_series(0, 7) i;
+         insert into queen.kv (ns, key, value, version, expires_at)
+         select 's', 'dead' || i, to_jsonb(i), nextval('queen.kv_version_seq'), now() - interval '1 s'
+           from generate_series(0, 7) i;",
+    )
+    .await
+    .expect("seed");
+    let before: Vec<(String, i64)> = sql
+        .query("select key, version from queen.kv where key like 'live%' order by key", &[])
+        .await
+        .expect("versions")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    let mut bodies = Vec::new();
+    for i in 0..8 {
+        for prefix in ["live", "dead", "new"] {
+            bodies.push(json!([{"op": "putIfAbsent", "ns": "s", "key": format!("{prefix}{i}"),
+                                "value": {"by": prefix}, "ttlSeconds": 600}]));
+        }
+        bodies.push(
+            json!([{"op": "put", "ns": "s", "key": format!("plain{i}"), "value": [i, "x"], "forever": true}]),
+        );
+    }
+    let results: Vec<Value> = kv_all(&engine, bodies).await.into_iter().map(|r| r.expect("kv")).collect();
+    for (n, r) in results.iter().enumerate() {
+        let i = n / 4;
+        assert_eq!(r["index"], 0);
+        match n % 4 {
+            0 => {
+                assert_eq!(r["applied"], false, "a live key refuses putIfAbsent: {r}");
+                assert_eq!(r["reason"], "exists");
+                assert_eq!(r["value"], json!(i), "the loser sees the live value");
+                assert_eq!(r["version"], json!(before[i].1), "and its version, untouched");
+            }
+            1 | 2 => {
+                assert_eq!(r["applied"], true, "an expired or absent key takes putIfAbsent: {r}");
+                assert_eq!(r["op"], "putIfAbsent");
+                let prefix = if n % 4 == 1 { "dead" } else { "new" };
+                assert_eq!(r["value"], json!({"by": prefix}));
+            }
+            _ => {
+                assert_eq!((r["applied"].clone(), r["value"].clone()), (json!(true), json!([i, "x"])), "{r}");
+                assert_eq!(r["op"], "put");
+            }
+        }
+    }
+    // The refused rows kept value, version and expiry; the written ones carry
+    // the version their answer named.
+    let after: Vec<(String, i64)> = sql
+        .query("select key, version from queen.kv where key like 'live%' order by key", &[])
+        .await
+        .expect("versions")
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(before, after);
+    for r in results.iter().filter(|r| r["applied"] == json!(true)) {
+        let key = r["key"].as_str().expect("key");
+        let v: i64 = sql
+            .query_one("select version from queen.kv where ns = 's' and key = $1", &[&key])
+            .await
+            .expect("row")
+            .get(0);
+        assert_eq!(json!(v), r["version"], "{key}");
+    }
+    let forever =
+        b.scalar("select count(*) from queen.kv where key like 'plain%' and expires_at is null").await;
+    assert_eq!(forever, 8);
+    assert!(engine.batch_sizes(BatchKind::KvWrite).count < 32, "nothing was batched");
+}
+
+/// Two brokers' batches of putIfAbsent over the same distinct keys: one
+/// winner per key, and every loser names the winner's value and version
+/// although its statement began before the winner committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn set_based_put_if_absent_batches_of_two_engines_keep_one_winner_per_key() {
+    let b = TestBroker::start().await;
+    let engines = [engine_with_slots(&b, 1), engine_with_slots(&b, 1)];
+    for round in 0..5 {
+        let barrier = Arc::new(Barrier::new(64));
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let (engine, barrier) = (engines[t % 2].clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let body = json!([{"op": "putIfAbsent", "ns": "two", "key": format!("r{round}k{}", t / 2),
+                                       "value": {"by": t}, "ttlSeconds": 600}]);
+                    let v: Value = serde_json::from_str(&engine.kv(&body.to_string()).await.expect("kv").0)
+                        .expect("json");
+                    (t / 2, v["results"][0].clone())
+                })
+            })
+            .collect();
+        let mut by_key: std::collections::HashMap<usize, Vec<Value>> = std::collections::HashMap::new();
+        for t in tasks {
+            let (k, r) = t.await.expect("task");
+            by_key.entry(k).or_default().push(r);
+        }
+        for (k, rs) in by_key {
+            let winners: Vec<&Value> = rs.iter().filter(|r| r["applied"] == json!(true)).collect();
+            assert_eq!(winners.len(), 1, "key {k}: {rs:?}");
+            for r in rs.iter().filter(|r| r["applied"] == json!(false)) {
+                assert_eq!(r["value"], winners[0]["value"], "key {k}: {rs:?}");
+                assert_eq!(r["version"], winners[0]["version"], "key {k}: {rs:?}");
+            }
+        }
+    }
+}
+
 /// Pushes one message to each partition and pops them all under `group`.
 async fn leased(b: &TestBroker, engine: &Engine, queue: &str, partitions: usize, per: usize) -> Vec<Value> {
     for p in 0..partitions {

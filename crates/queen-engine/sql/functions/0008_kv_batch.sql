@@ -152,3 +152,13 @@ BEGIN
   END LOOP;
   RETURN v_res[1:v_n];
 END $$;
+
+-- The version of a write to (ns, key), drawn under the key's lock: the rule
+-- of queen.kv_lock (writers of a key draw in commit order), for a statement
+-- that writes many keys one row at a time (statements/kv_put_batch.sql).
+CREATE OR REPLACE FUNCTION queen.kv_lock_version(p_ns text, p_key text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended(p_ns || E'\x1f' || p_key, 7242));
+  RETURN nextval('queen.kv_version_seq');
+END $$;
