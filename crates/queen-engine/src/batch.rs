@@ -29,6 +29,7 @@ pub const BATCH_SIZE_BOUNDS: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024
 pub(crate) struct SizeHistogram {
     counts: [AtomicU64; BATCH_SIZE_BOUNDS.len()],
     sum: AtomicU64,
+    retried: AtomicU64,
 }
 
 impl SizeHistogram {
@@ -41,7 +42,12 @@ impl SizeHistogram {
 
     pub(crate) fn snapshot(&self) -> BatchSizes {
         let buckets: Vec<u64> = self.counts.iter().map(|c| c.load(Ordering::Relaxed)).collect();
-        BatchSizes { count: buckets.iter().sum(), sum: self.sum.load(Ordering::Relaxed), buckets }
+        BatchSizes {
+            count: buckets.iter().sum(),
+            sum: self.sum.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            buckets,
+        }
     }
 }
 
@@ -54,6 +60,9 @@ pub struct BatchSizes {
     pub count: u64,
     /// Requests they carried.
     pub sum: u64,
+    /// Batches whose statement failed as a whole, so that each member ran
+    /// alone (a deadlock would show here, as would a poison member).
+    pub retried: u64,
 }
 
 /// The kinds of batch, as `/metrics/prometheus` labels them.
@@ -143,7 +152,7 @@ impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
     fn start<F, Fut>(slots: usize, budget: Budget<Q>, kind: BatchKind, stats: Arc<BatchStats>, run: F) -> Self
     where
         F: Fn(Vec<Waiting<Q, A>>) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
+        Fut: Future<Output = Answered> + Send + 'static,
     {
         let (tx, rx) = mpsc::unbounded_channel();
         let slots = Arc::new(Semaphore::new(slots.max(1)));
@@ -172,7 +181,7 @@ async fn dispatch<Q, A, F, Fut>(
     Q: Send + 'static,
     A: Send + 'static,
     F: Fn(Vec<Waiting<Q, A>>) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
+    Fut: Future<Output = Answered> + Send + 'static,
 {
     // A request that did not fit the last batch opens the next one.
     let mut held: Option<Waiting<Q, A>> = None;
@@ -198,24 +207,40 @@ async fn dispatch<Q, A, F, Fut>(
             spent = [spent[0] + c[0], spent[1] + c[1]];
             batch.push(w);
         }
-        stats.of(kind).record(batch.len());
+        let histogram = stats.of(kind);
+        histogram.record(batch.len());
         let work = run(batch);
+        let stats = stats.clone();
         tokio::spawn(async move {
-            work.await;
+            if work.await == Answered::EachAlone {
+                stats.of(kind).retried.fetch_add(1, Ordering::Relaxed);
+            }
             drop(permit);
         });
     }
 }
 
-/// How a batch that failed as a whole is answered. A dropped connection may
-/// have committed, so every member hears it and resends; any other failure
+/// How a batch was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answered {
+    /// By its one statement (or it had one member).
+    Together,
+    /// Its statement failed as a whole, and each member ran alone.
+    EachAlone,
+}
+
+/// How a batch's outcome is answered. A dropped connection may have
+/// committed, so every member hears it and resends; so does a protocol
+/// error (the statement ran and committed, its answer could not be read:
+/// running the members again would apply them twice). Any other failure
 /// rolled the statement back, so each member runs alone and a poison
 /// request fails by itself.
 async fn answer_batch<Q, A, Fut>(
     batch: Vec<Waiting<Q, A>>,
     outcome: Result<Vec<A>, EngineError>,
     alone: impl Fn(Q) -> Fut,
-) where
+) -> Answered
+where
     Fut: Future<Output = Result<A, EngineError>>,
 {
     match outcome {
@@ -234,12 +259,19 @@ async fn answer_batch<Q, A, Fut>(
                 w.answer(Err(EngineError::Unavailable(m.clone())));
             }
         }
+        Err(EngineError::Protocol(m)) => {
+            for w in batch {
+                w.answer(Err(EngineError::Protocol(m.clone())));
+            }
+        }
         Err(_) => {
             for Waiting { request, reply } in batch {
                 let _ = reply.send(alone(request).await);
             }
+            return Answered::EachAlone;
         }
     }
+    Answered::Together
 }
 
 /// Most requests (or items) and payload bytes in one statement.
@@ -301,7 +333,7 @@ pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> Ac
     Batcher::start(slots, budget, BatchKind::Ack, stats, move |batch| run_acks(pool.clone(), batch))
 }
 
-async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) {
+async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) -> Answered {
     let alone = |g: GetKey| {
         let pool = pool.clone();
         async move { get_many(&pool, &[&g]).await.map(|mut e| e.pop().unwrap_or_default()) }
@@ -311,12 +343,12 @@ async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) {
             let answer = alone(w.request).await;
             let _ = w.reply.send(answer);
         }
-        return;
+        return Answered::Together;
     }
     let keys: Vec<&GetKey> = batch.iter().map(|w| &w.request).collect();
     let outcome = get_many(&pool, &keys).await;
     drop(keys);
-    answer_batch(batch, outcome, alone).await;
+    answer_batch(batch, outcome, alone).await
 }
 
 async fn get_many(pool: &Pool, batch: &[&GetKey]) -> Result<Vec<String>, EngineError> {
@@ -339,7 +371,7 @@ async fn get_many(pool: &Pool, batch: &[&GetKey]) -> Result<Vec<String>, EngineE
     batch.iter().zip(rows).map(|(g, row)| get_element(&g.key, row)).collect()
 }
 
-async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) {
+async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) -> Answered {
     let alone = |op: KvOp| {
         let pool = pool.clone();
         async move {
@@ -352,12 +384,12 @@ async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) {
             let answer = alone(w.request).await;
             let _ = w.reply.send(answer);
         }
-        return;
+        return Answered::Together;
     }
     let ops: Vec<&KvOp> = batch.iter().map(|w| &w.request).collect();
     let outcome = write_many(&pool, &ops).await;
     drop(ops);
-    answer_batch(batch, outcome, alone).await;
+    answer_batch(batch, outcome, alone).await
 }
 
 /// The verdicts of several single-op writes, index-aligned with `ops`.
@@ -388,7 +420,7 @@ fn payload_bytes(items: &[PushItem]) -> usize {
     items.iter().map(|i| i.payload.as_ref().map_or(0, |r| r.get().len())).sum()
 }
 
-async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announce: Announce) {
+async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announce: Announce) -> Answered {
     let alone = |items: Vec<PushItem>| {
         let (pool, announce) = (pool.clone(), announce.clone());
         async move { push_call(&pool, PushColumns::of(&items), None, &announce).await }
@@ -398,7 +430,7 @@ async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announ
             let answer = alone(w.request).await;
             let _ = w.reply.send(answer);
         }
-        return;
+        return Answered::Together;
     }
     let counts: Vec<usize> = batch.iter().map(|w| w.request.len()).collect();
     let requests: Vec<i32> =
@@ -406,7 +438,7 @@ async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announ
     let cols = PushColumns::of(batch.iter().flat_map(|w| w.request.iter()));
     let outcome =
         push_call(&pool, cols, Some(requests), &announce).await.and_then(|json| split(&json, &counts));
-    answer_batch(batch, outcome, alone).await;
+    answer_batch(batch, outcome, alone).await
 }
 
 /// One `push_rows` call; announces the queues that got messages after the commit.
@@ -454,7 +486,7 @@ fn split(json: &Json, counts: &[usize]) -> Result<Vec<Json>, EngineError> {
         .collect()
 }
 
-async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) {
+async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answered {
     let alone = |items: Vec<AckItem>| {
         let pool = pool.clone();
         async move { ack_call(&pool, &items).await }
@@ -464,14 +496,14 @@ async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) {
             let answer = alone(w.request).await;
             let _ = w.reply.send(answer);
         }
-        return;
+        return Answered::Together;
     }
     let requests: Vec<i32> =
         batch.iter().enumerate().flat_map(|(n, w)| std::iter::repeat_n(n as i32, w.request.len())).collect();
     let cols = AckColumns::of(batch.iter().flat_map(|w| w.request.iter()));
     let outcome = ack_many(&pool, &cols, &requests).await;
     drop(cols);
-    answer_batch(batch, outcome, alone).await;
+    answer_batch(batch, outcome, alone).await
 }
 
 /// One `ack_rows` call: one request's acks.

@@ -1009,4 +1009,8 @@ async fn prometheus_reports_batch_sizes_of_pushes_and_gets() {
     let all = sample(&text, "queen_batch_size_bucket", &["kind=\"push\"", "le=\"+Inf\""]).unwrap();
     assert_eq!(all, batches, "the +Inf bucket counts every batch");
     assert_eq!(sample(&text, "queen_batch_size_sum", &["kind=\"kv_get\""]), Some(1.0));
+    for kind in ["push", "ack", "kv_get", "kv_write"] {
+        let label = format!("kind=\"{kind}\"");
+        assert_eq!(sample(&text, "queen_batch_retried_total", &[&label]), Some(0.0), "{kind}: {text}");
+    }
 }

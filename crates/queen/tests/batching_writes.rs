@@ -204,6 +204,7 @@ async fn a_write_batch_that_fails_as_a_whole_fails_only_its_poison_member() {
         }
     }
     assert_eq!(b.scalar("select count(*) from queen.kv where ns = 'p'").await, 31);
+    assert!(engine.batch_sizes(BatchKind::KvWrite).retried >= 1, "the poisoned batch ran member by member");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -234,6 +235,7 @@ async fn write_batches_in_opposite_key_orders_beside_multi_op_calls_never_deadlo
         b.scalar("select sum((value #>> '{}')::bigint)::bigint from queen.kv where ns = 'd'").await,
         8 * 24
     );
+    assert_eq!(engine.batch_sizes(BatchKind::KvWrite).retried, 0, "a write batch failed as a whole");
     assert_eq!(deadlocks(&b).await, 0, "a batch locked keys out of order");
 }
 
@@ -271,6 +273,7 @@ async fn deletes_checks_and_writes_of_one_key_mixed_in_batches_never_conflict() 
     for t in tasks {
         t.await.expect("worker");
     }
+    assert_eq!(engine.batch_sizes(BatchKind::KvWrite).retried, 0, "a write batch failed as a whole");
     assert_eq!(deadlocks(&b).await, 0);
 }
 
@@ -523,6 +526,7 @@ async fn ack_batches_over_interleaved_partitions_never_deadlock() {
     }
     assert_eq!(b.scalar("select min(next_seq) from queen.cursors where consumer_group = 'g'").await, 32);
     assert!(engine.batch_sizes(BatchKind::Ack).count < 16 * 80, "nothing was batched");
+    assert_eq!(engine.batch_sizes(BatchKind::Ack).retried, 0, "an ack batch failed as a whole");
     assert_eq!(deadlocks(&b).await, 0, "an ack batch locked cursors out of order");
 }
 
@@ -557,6 +561,7 @@ async fn an_ack_batch_that_fails_as_a_whole_fails_only_its_poison_request() {
         }
     }
     assert_eq!(failed, HashSet::from(["p5".to_owned()]));
+    assert!(engine.batch_sizes(BatchKind::Ack).retried >= 1, "the poisoned batch ran request by request");
     assert_eq!(
         b.scalar("select count(*) from queen.cursors where consumer_group = 'g' and next_seq = 1").await,
         7

@@ -1,6 +1,8 @@
 -- KV state: one function per operation. A call of one op runs its function
--- (or, for a get, a plain SELECT) as a statement of its own; queen.kv_apply
--- (0008) runs a call of several, and the transaction's `kv` rider. The
+-- (or, for a get, a plain SELECT) in a statement of its own or, when calls
+-- arrive together, in a batch's statement (queen.kv_write_rows, 0008);
+-- queen.kv_apply (0008) runs a call of several, and the transaction's `kv`
+-- rider. The
 -- request is checked in Rust (kv_decode.rs); what needs the database is
 -- here and nowhere else: expired means absent, expect, min/max,
 -- create-only TTL for incr, versions.

@@ -159,6 +159,6 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.kv_lock_version(p_ns text, p_key text) RETURNS bigint
 LANGUAGE plpgsql AS $$
 BEGIN
-  PERFORM pg_advisory_xact_lock(hashtextextended(p_ns || E'\x1f' || p_key, 7242));
+  PERFORM queen.kv_lock(p_ns, p_key);
   RETURN nextval('queen.kv_version_seq');
 END $$;

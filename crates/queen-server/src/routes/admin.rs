@@ -301,6 +301,13 @@ pub(crate) async fn metrics_prometheus(State(app): State<Arc<AppState>>) -> Resp
         let _ = writeln!(out, "queen_batch_size_sum{{kind=\"{kind}\"}} {}", sizes.sum);
         let _ = writeln!(out, "queen_batch_size_count{{kind=\"{kind}\"}} {}", sizes.count);
     }
+    // A batch whose statement failed as a whole and whose members then ran
+    // alone: a deadlock between batches, or a poison member, shows here.
+    let _ = writeln!(out, "# TYPE queen_batch_retried_total counter");
+    for kind in queen_engine::BatchKind::ALL {
+        let retried = app.engine.batch_sizes(kind).retried;
+        let _ = writeln!(out, "queen_batch_retried_total{{kind=\"{}\"}} {retried}", kind.label());
+    }
     match app.engine.queue_depths().await {
         Ok(depths) => {
             let _ = writeln!(out, "# TYPE queen_queue_depth gauge");
