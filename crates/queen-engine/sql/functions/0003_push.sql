@@ -178,40 +178,50 @@ BEGIN
      WHERE i.ord = i.first_ord AND m.created_at > now() - make_interval(secs => i.win)
      ORDER BY i.ord, m.seq DESC
   ),
-  fresh AS (
-    SELECT i.*, row_number() OVER (PARTITION BY i.pid ORDER BY i.ord) - 1 AS rn
-      FROM items i
-     WHERE i.ord = i.first_ord
-       AND NOT i.full
-       AND NOT EXISTS (SELECT 1 FROM prior WHERE prior.ord = i.ord)
+  -- Every item with its verdict and, when it is new, the id and offset it
+  -- is inserted with. The answer reads these rows, not the INSERT's
+  -- RETURNING: a generic plan estimates one row per CTE and joined the two
+  -- by a nested loop, quadratic in the items of a batch.
+  decided AS MATERIALIZED (
+    SELECT d.*,
+           CASE WHEN d.is_fresh THEN queen.uuid_v7() END AS new_id,
+           count(*) FILTER (WHERE d.is_fresh) OVER (PARTITION BY d.pid ORDER BY d.ord) - 1 AS rn
+      FROM (SELECT i.*, pr.id AS prior_id,
+                   (i.ord = i.first_ord AND NOT i.full AND pr.id IS NULL) AS is_fresh
+              FROM items i LEFT JOIN prior pr ON pr.ord = i.first_ord) d
   ),
   ins AS (
     INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
-    SELECT f.pid, p.next_seq + f.rn, queen.uuid_v7(), f.txid, f.trace, f.payload::json
-      FROM fresh f JOIN queen.partitions p ON p.id = f.pid
-    RETURNING partition_id, transaction_id, id
+    SELECT f.pid, p.next_seq + f.rn, f.new_id, f.txid, f.trace, f.payload::json
+      FROM decided f JOIN queen.partitions p ON p.id = f.pid
+     WHERE f.is_fresh
+    RETURNING 1
   ),
   -- Data-modifying CTEs always run to completion, read or not.
   bump AS (
     UPDATE queen.partitions p
        SET next_seq = p.next_seq + c.n, last_push_at = now()
-      FROM (SELECT pid, count(*) AS n FROM fresh GROUP BY pid) c
+      FROM (SELECT pid, count(*) AS n FROM decided WHERE is_fresh GROUP BY pid) c
      WHERE p.id = c.pid
     RETURNING p.id
+  ),
+  -- A duplicate inside the call answers the id of its first occurrence.
+  answered AS (
+    SELECT f.*, first_value(coalesce(f.new_id, f.prior_id))
+                  OVER (PARTITION BY f.pid, f.txid, f.full ORDER BY f.ord) AS message_id
+      FROM decided f
   )
   SELECT json_agg(
-           CASE WHEN i.full THEN
-             json_build_object('index', i.ord - 1, 'message_id', NULL, 'transaction_id', i.txid,
-               'queueName', i.qn, 'status', 'failed',
-               'error', 'Queue ''' || i.qn || ''' would exceed max capacity')
+           CASE WHEN a.full THEN
+             json_build_object('index', a.ord - 1, 'message_id', NULL, 'transaction_id', a.txid,
+               'queueName', a.qn, 'status', 'failed',
+               'error', 'Queue ''' || a.qn || ''' would exceed max capacity')
            ELSE
-             json_build_object('index', i.ord - 1, 'message_id', coalesce(ins.id, pr.id),
-               'transaction_id', i.txid, 'queueName', i.qn,
-               'status', CASE WHEN i.ord = i.first_ord AND pr.id IS NULL THEN 'queued' ELSE 'duplicate' END)
-           END ORDER BY i.ord),
-         array_agg(DISTINCT i.qn) FILTER (WHERE ins.id IS NOT NULL)
+             json_build_object('index', a.ord - 1, 'message_id', a.message_id,
+               'transaction_id', a.txid, 'queueName', a.qn,
+               'status', CASE WHEN a.is_fresh THEN 'queued' ELSE 'duplicate' END)
+           END ORDER BY a.ord),
+         array_agg(DISTINCT a.qn) FILTER (WHERE a.is_fresh)
     INTO result, queued
-    FROM items i
-    LEFT JOIN prior pr ON pr.ord = i.first_ord
-    LEFT JOIN ins ON ins.partition_id = i.pid AND ins.transaction_id = i.txid;
+    FROM answered a;
 END $$;
