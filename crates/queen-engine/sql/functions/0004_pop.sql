@@ -99,6 +99,7 @@ DECLARE
   v_name text;
   v_leased boolean;
   v_lanes refcursor;
+  v_registered boolean := false;
 BEGIN
   IF p_batch IS NULL OR p_batch < 1 THEN
     PERFORM queen.bad_request('batch', 'must be a positive integer');
@@ -113,6 +114,16 @@ BEGIN
   -- A registered group's position is fixed; only a first pop registers.
   IF NOT EXISTS (SELECT 1 FROM queen.consumer_groups WHERE queue_name = p_queue AND name = v_group) THEN
     PERFORM queen.register_group(p_queue, v_group, p_sub_mode, p_sub_from);
+    v_registered := true;
+  END IF;
+  -- A lease is soft state: a pop that only takes leases (and tidies lanes)
+  -- commits without waiting for its WAL flush. If PostgreSQL crashes before
+  -- the flush, the lease is gone and the messages are delivered again, as
+  -- after a lease expiry; any later synchronous commit (the ack, a bundle)
+  -- flushes it first, since WAL is written in order. An auto-ack pop moves
+  -- the cursor and a registering pop fixes a group's start: both wait.
+  IF NOT p_auto_ack AND NOT v_registered THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
   SELECT * INTO q FROM queen.queues WHERE name = p_queue;
   IF q.id IS NULL THEN
