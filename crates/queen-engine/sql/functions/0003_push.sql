@@ -60,11 +60,14 @@ BEGIN
       WITH items AS (
         SELECT u.ord, u.txid, u.trace, u.payload,
                min(u.ord) OVER (PARTITION BY u.txid) AS first_ord,
-               (SELECT m.id FROM queen.messages m
-                 WHERE m.partition_id = v_pid AND m.transaction_id = u.txid
-                   AND m.created_at > now() - make_interval(secs => v_win)
-                 ORDER BY m.seq DESC LIMIT 1) AS prior
-          FROM (SELECT coalesce(t, queen.uuid_v7()::text) AS txid, tr AS trace, pl AS payload, n AS ord
+               -- A transaction id we draw here is new: no dedup lookup.
+               CASE WHEN NOT u.drawn THEN
+                 (SELECT m.id FROM queen.messages m
+                   WHERE m.partition_id = v_pid AND m.transaction_id = u.txid
+                     AND m.created_at > now() - make_interval(secs => v_win)
+                   ORDER BY m.seq DESC LIMIT 1) END AS prior
+          FROM (SELECT coalesce(t, queen.uuid_v7()::text) AS txid, t IS NULL AS drawn, tr AS trace,
+                       pl AS payload, n AS ord
                   FROM unnest(p_txids, v_traces, v_payloads) WITH ORDINALITY x(t, tr, pl, n)) u
       ),
       fresh AS (
