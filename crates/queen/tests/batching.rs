@@ -120,3 +120,37 @@ async fn a_batch_that_fails_as_a_whole_is_retried_request_by_request() {
     let a = engine.push(r#"[{"queue":"paused","transactionId":"after"}]"#).await.expect("push");
     assert!(a.0.contains("queued"));
 }
+
+/// A batch whose first request maxSize refuses and whose second request
+/// repeats one of its transaction ids: the repeat is queued (a refused item
+/// is no first occurrence) with the id its own row got, and the refused
+/// items answer failed with no id. The batch is sent as push_rows receives
+/// it from the batcher, so its shape does not depend on timing.
+#[tokio::test]
+async fn a_transaction_id_repeated_after_a_refused_request_of_the_batch_is_queued() {
+    let b = TestBroker::start().await;
+    b.api().configure_ok("cap", serde_json::json!({"maxSize": 2})).await;
+    b.push("cap", "p", &[("seed", serde_json::json!(0))]).await;
+    let sql = b.sql().await;
+    let row = sql
+        .query_one(
+            "SELECT r.result::text FROM queen.push_rows(
+               ARRAY['cap','cap','cap','cap'], ARRAY['p','p','p','p'], ARRAY['x','y','z','x'],
+               ARRAY[NULL,NULL,NULL,NULL]::text[], ARRAY['1','2','3','4'], ARRAY[0,0,0,1]) r",
+            &[],
+        )
+        .await
+        .expect("push_rows");
+    let answer: Value = serde_json::from_str(&row.get::<_, String>(0)).expect("json");
+    let statuses: Vec<&str> =
+        answer.as_array().unwrap().iter().map(|a| a["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["failed", "failed", "failed", "queued"], "{answer}");
+    assert!(answer[0]["message_id"].is_null());
+    let stored: String = sql
+        .query_one("select id::text from queen.messages where transaction_id = 'x'", &[])
+        .await
+        .expect("x stored once")
+        .get(0);
+    assert_eq!(answer[3]["message_id"], stored);
+    assert_eq!(b.scalar("select max(seq) from queen.messages").await, 1, "offsets have no gap");
+}

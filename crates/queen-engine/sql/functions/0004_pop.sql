@@ -100,6 +100,9 @@ DECLARE
   v_leased boolean;
   v_lanes refcursor;
   v_registered boolean := false;
+  -- Whether the caller's transaction wrote before this pop: then it is not
+  -- the pop's own, and its commit must wait for the flush.
+  v_wrote_before boolean := pg_current_xact_id_if_assigned() IS NOT NULL;
 BEGIN
   IF p_batch IS NULL OR p_batch < 1 THEN
     PERFORM queen.bad_request('batch', 'must be a positive integer');
@@ -118,11 +121,13 @@ BEGIN
   END IF;
   -- A lease is soft state: a pop that only takes leases (and tidies lanes)
   -- commits without waiting for its WAL flush. If PostgreSQL crashes before
-  -- the flush, the lease is gone and the messages are delivered again, as
-  -- after a lease expiry; any later synchronous commit (the ack, a bundle)
+  -- the flush, the lease ends early and the messages are delivered again
+  -- (at-least-once); any later synchronous commit (the ack, a bundle)
   -- flushes it first, since WAL is written in order. An auto-ack pop moves
-  -- the cursor and a registering pop fixes a group's start: both wait.
-  IF NOT p_auto_ack AND NOT v_registered THEN
+  -- the cursor and a registering pop fixes a group's start: both wait. The
+  -- setting covers the whole transaction, so it is taken only when the pop
+  -- is the transaction (the engine's pops are statements of their own).
+  IF NOT p_auto_ack AND NOT v_registered AND NOT v_wrote_before THEN
     PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
   SELECT * INTO q FROM queen.queues WHERE name = p_queue;
