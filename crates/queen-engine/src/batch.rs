@@ -16,7 +16,7 @@ use deadpool_postgres::Pool;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::ack::{AckColumns, AckItem};
-use crate::kv::{get_element, write_one, Expect, Expiry, KvOp};
+use crate::kv::{get_element, write_one, Expect, Expiry, KvColumns, KvOp};
 use crate::push::{PushColumns, PushItem};
 use crate::{EngineError, Json};
 
@@ -274,6 +274,24 @@ where
     Answered::Together
 }
 
+/// A batch of one runs alone, through the statement an unbatched call
+/// uses; a larger batch is handed back.
+async fn unless_alone<Q, A, Fut>(
+    mut batch: Vec<Waiting<Q, A>>,
+    alone: &impl Fn(Q) -> Fut,
+) -> Option<Vec<Waiting<Q, A>>>
+where
+    Fut: Future<Output = Result<A, EngineError>>,
+{
+    if batch.len() != 1 {
+        return Some(batch);
+    }
+    if let Some(Waiting { request, reply }) = batch.pop() {
+        let _ = reply.send(alone(request).await);
+    }
+    None
+}
+
 /// Most requests (or items) and payload bytes in one statement.
 const MAX_GETS: usize = 256;
 const MAX_WRITES: usize = 256;
@@ -338,13 +356,7 @@ async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) -> Answered {
         let pool = pool.clone();
         async move { get_many(&pool, &[&g]).await.map(|mut e| e.pop().unwrap_or_default()) }
     };
-    if batch.len() == 1 {
-        for w in batch {
-            let answer = alone(w.request).await;
-            let _ = w.reply.send(answer);
-        }
-        return Answered::Together;
-    }
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
     let keys: Vec<&GetKey> = batch.iter().map(|w| &w.request).collect();
     let outcome = get_many(&pool, &keys).await;
     drop(keys);
@@ -379,13 +391,7 @@ async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) -> Answered {
             write_one(&client, &op).await
         }
     };
-    if batch.len() == 1 {
-        for w in batch {
-            let answer = alone(w.request).await;
-            let _ = w.reply.send(answer);
-        }
-        return Answered::Together;
-    }
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
     let ops: Vec<&KvOp> = batch.iter().map(|w| &w.request).collect();
     let outcome = write_many(&pool, &ops).await;
     drop(ops);
@@ -405,10 +411,7 @@ async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineErr
         let verdicts: Option<Vec<String>> = row.try_get(0)?;
         return Ok(verdicts.unwrap_or_default());
     }
-    let mut c = crate::kv::WriteColumns::default();
-    for op in ops {
-        c.add(op);
-    }
+    let c = KvColumns::of(ops.iter().copied());
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/kv_write_batch.sql")).await?;
     let row = client.query_one(&stmt, &c.params()).await?;
@@ -425,13 +428,7 @@ async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announ
         let (pool, announce) = (pool.clone(), announce.clone());
         async move { push_call(&pool, PushColumns::of(&items), None, &announce).await }
     };
-    if batch.len() == 1 {
-        for w in batch {
-            let answer = alone(w.request).await;
-            let _ = w.reply.send(answer);
-        }
-        return Answered::Together;
-    }
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
     let counts: Vec<usize> = batch.iter().map(|w| w.request.len()).collect();
     let requests: Vec<i32> =
         counts.iter().enumerate().flat_map(|(n, &c)| std::iter::repeat_n(n as i32, c)).collect();
@@ -491,13 +488,7 @@ async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answer
         let pool = pool.clone();
         async move { ack_call(&pool, &items).await }
     };
-    if batch.len() == 1 {
-        for w in batch {
-            let answer = alone(w.request).await;
-            let _ = w.reply.send(answer);
-        }
-        return Answered::Together;
-    }
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
     let requests: Vec<i32> =
         batch.iter().enumerate().flat_map(|(n, w)| std::iter::repeat_n(n as i32, w.request.len())).collect();
     let cols = AckColumns::of(batch.iter().flat_map(|w| w.request.iter()));

@@ -362,7 +362,7 @@ pub(crate) struct KvColumns<'a> {
 }
 
 impl<'a> KvColumns<'a> {
-    pub(crate) fn of(ops: &'a [KvOp]) -> Self {
+    pub(crate) fn of(ops: impl IntoIterator<Item = &'a KvOp>) -> Self {
         let mut c = KvColumns::default();
         for op in ops {
             c.add(op);
@@ -575,93 +575,6 @@ pub(crate) async fn write_one(client: &deadpool_postgres::Client, op: &KvOp) -> 
     Ok(row.try_get(0)?)
 }
 
-/// The typed arrays of `queen.kv_write_rows`: one element per single-op
-/// write of a batch. putIfAbsent travels as a put with expect 0, which is
-/// what it is.
-#[derive(Default)]
-pub(crate) struct WriteColumns<'a> {
-    op: Vec<&'static str>,
-    ns: Vec<&'a str>,
-    key: Vec<&'a str>,
-    value: Vec<Option<&'a str>>,
-    ttl: Vec<Option<i64>>,
-    forever: Vec<Option<bool>>,
-    expect: Vec<Option<i64>>,
-    delta: Vec<Option<&'a str>>,
-    min: Vec<Option<&'a str>>,
-    max: Vec<Option<&'a str>>,
-}
-
-impl<'a> WriteColumns<'a> {
-    /// Adds one write; reads are not written and are skipped by the caller.
-    pub(crate) fn add(&mut self, op: &'a KvOp) {
-        let expiry = |e: &Expiry| match e {
-            Expiry::Ttl(s) => (Some(*s as i64), None),
-            Expiry::Forever => (None, Some(true)),
-        };
-        let (name, ns, key, value, exp, expect, delta, min, max) = match op {
-            KvOp::Put { ns, key, value, expiry: e, expect, .. } => (
-                "put",
-                ns,
-                key,
-                Some(value.get()),
-                expiry(e),
-                expect.map(|x| x.wire() as i64),
-                None,
-                None,
-                None,
-            ),
-            KvOp::PutIfAbsent { ns, key, value, expiry: e, .. } => {
-                ("put", ns, key, Some(value.get()), expiry(e), Some(0), None, None, None)
-            }
-            KvOp::Delete { ns, key, expect, .. } => {
-                ("delete", ns, key, None, (None, None), expect.map(|x| x as i64), None, None, None)
-            }
-            KvOp::Check { ns, key, expect, .. } => {
-                ("check", ns, key, None, (None, None), Some(expect.wire() as i64), None, None, None)
-            }
-            KvOp::Incr { ns, key, delta, min, max, expiry: e, .. } => (
-                "incr",
-                ns,
-                key,
-                None,
-                expiry(e),
-                None,
-                Some(delta.get()),
-                min.as_ref().map(|m| m.get()),
-                max.as_ref().map(|m| m.get()),
-            ),
-            KvOp::Get { .. } | KvOp::GetMany { .. } | KvOp::GetPrefix { .. } => return,
-        };
-        self.op.push(name);
-        self.ns.push(ns);
-        self.key.push(key);
-        self.value.push(value);
-        self.ttl.push(exp.0);
-        self.forever.push(exp.1);
-        self.expect.push(expect);
-        self.delta.push(delta);
-        self.min.push(min);
-        self.max.push(max);
-    }
-
-    /// The ten arrays, in the order `kv_write_batch.sql` takes them.
-    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 10] {
-        [
-            &self.op,
-            &self.ns,
-            &self.key,
-            &self.value,
-            &self.ttl,
-            &self.forever,
-            &self.expect,
-            &self.delta,
-            &self.min,
-            &self.max,
-        ]
-    }
-}
-
 #[derive(Deserialize)]
 struct Results {
     results: Vec<KvResult>,
@@ -697,7 +610,7 @@ impl Engine {
     /// gets and writes go through their batchers, which share a statement
     /// (and a commit) between concurrent calls.
     async fn kv_one(&self, op: KvOp) -> Result<Json, EngineError> {
-        let client = match op {
+        match op {
             KvOp::Get { ns, key } => {
                 if let Some(batcher) = self.get_batcher() {
                     return Ok(Json(results(&batcher.call(GetKey { ns, key }).await?)));
@@ -724,16 +637,14 @@ impl Engine {
                 let inner: String = row.try_get(0)?;
                 return Ok(Json(results(&element(op.name(), &inner))));
             }
-            _ if self.write_batcher().is_some() => None,
-            _ => Some(self.pool().get().await?),
-        };
+            _ => {}
+        }
         let name = op.name();
         let required = op.is_required();
         let key = op.written_key().map(|(_, k)| k.to_owned()).unwrap_or_default();
-        let verdict = match (client, self.write_batcher()) {
-            (Some(client), _) => write_one(&client, &op).await?,
-            (None, Some(batcher)) => batcher.call(op).await?,
-            (None, None) => write_one(&self.pool().get().await?, &op).await?,
+        let verdict = match self.write_batcher() {
+            Some(batcher) => batcher.call(op).await?,
+            None => write_one(&self.pool().get().await?, &op).await?,
         };
         if required {
             refuse_if_lost(&verdict, &key)?;

@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::{db_config, TestBroker};
+use common::{all_at_once, db_config, TestBroker};
 use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
 use serde_json::Value;
 
@@ -16,20 +16,11 @@ fn batching_engine(b: &TestBroker) -> Arc<Engine> {
 }
 
 async fn push_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value, EngineError>> {
-    let tasks: Vec<_> = bodies
-        .into_iter()
-        .map(|body| {
-            let engine = engine.clone();
-            tokio::spawn(async move {
-                engine.push(&body).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.expect("join"));
-    }
-    out
+    all_at_once(bodies, |body| {
+        let engine = engine.clone();
+        async move { engine.push(&body).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json")) }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{db_config, TestBroker};
+use common::{all_at_once, db_config, TestBroker};
 use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
@@ -27,25 +27,16 @@ fn engine_with_slots(b: &TestBroker, slots: usize) -> Arc<Engine> {
 
 /// Runs every body as a KV call of its own, all released at once.
 async fn kv_all(engine: &Arc<Engine>, bodies: Vec<Value>) -> Vec<Result<Value, EngineError>> {
-    let barrier = Arc::new(Barrier::new(bodies.len()));
-    let tasks: Vec<_> = bodies
-        .into_iter()
-        .map(|body| {
-            let (engine, barrier) = (engine.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                engine
-                    .kv(&body.to_string())
-                    .await
-                    .map(|j| serde_json::from_str::<Value>(&j.0).expect("json")["results"][0].clone())
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.expect("join"));
-    }
-    out
+    all_at_once(bodies, |body| {
+        let engine = engine.clone();
+        async move {
+            engine
+                .kv(&body.to_string())
+                .await
+                .map(|j| serde_json::from_str::<Value>(&j.0).expect("json")["results"][0].clone())
+        }
+    })
+    .await
 }
 
 /// Deadlocks PostgreSQL has counted in this test's database. Statistics
@@ -425,22 +416,13 @@ fn ack_body(m: &Value, status: &str) -> String {
 }
 
 async fn ack_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value, EngineError>> {
-    let barrier = Arc::new(Barrier::new(bodies.len()));
-    let tasks: Vec<_> = bodies
-        .into_iter()
-        .map(|body| {
-            let (engine, barrier) = (engine.clone(), barrier.clone());
-            tokio::spawn(async move {
-                barrier.wait().await;
-                engine.ack(&body, Some("g")).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
-            })
-        })
-        .collect();
-    let mut out = Vec::new();
-    for t in tasks {
-        out.push(t.await.expect("join"));
-    }
-    out
+    all_at_once(bodies, |body| {
+        let engine = engine.clone();
+        async move {
+            engine.ack(&body, Some("g")).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
+        }
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

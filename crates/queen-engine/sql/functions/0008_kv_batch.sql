@@ -120,11 +120,14 @@ $$;
 -- deadlock (every member takes its key lock before its row lock), and
 -- members on one key see each other exactly as serial calls would (one putIfAbsent winner, incr never past max, versions rising).
 -- No subtransaction: a member's refusal is its answer, not an exception.
--- putIfAbsent arrives as a put with expect 0. Answers the verdicts in
--- member order.
+-- The arrays are kv_apply's (one element per member; the read-only ones
+-- are unused here). Answers the verdicts in member order.
+DROP FUNCTION IF EXISTS queen.kv_write_rows(
+  text[], text[], text[], jsonb[], bigint[], boolean[], bigint[], numeric[], numeric[], numeric[]);
 CREATE OR REPLACE FUNCTION queen.kv_write_rows(
   a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
-  a_expect bigint[], a_delta numeric[], a_min numeric[], a_max numeric[])
+  a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
+  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[])
 RETURNS text[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -145,6 +148,7 @@ BEGIN
     PERFORM queen.kv_lock(a_ns[i], a_key[i]);
     v_res[i] := (CASE a_op[i]
       WHEN 'put' THEN queen.kv_put(a_ns[i], a_key[i], a_value[i], a_ttl[i], a_forever[i], a_expect[i])
+      WHEN 'putIfAbsent' THEN queen.kv_put(a_ns[i], a_key[i], a_value[i], a_ttl[i], a_forever[i], 0)
       WHEN 'delete' THEN queen.kv_delete(a_ns[i], a_key[i], a_expect[i])
       WHEN 'check' THEN queen.kv_check(a_ns[i], a_key[i], a_expect[i])
       WHEN 'incr' THEN queen.kv_incr(a_ns[i], a_key[i], a_delta[i], a_min[i], a_max[i], a_ttl[i], a_forever[i])

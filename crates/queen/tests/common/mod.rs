@@ -593,3 +593,29 @@ pub async fn group_backlog(sql: &tokio_postgres::Client, groups: &[&str]) -> i64
     .expect("backlog")
     .get(0)
 }
+
+/// Runs `f` on every item, each in a task of its own, all released at once
+/// by a barrier (so they race); answers in item order.
+pub async fn all_at_once<T, R, F, Fut>(items: Vec<T>, f: F) -> Vec<R>
+where
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = R> + Send + 'static,
+    R: Send + 'static,
+{
+    let barrier = Arc::new(tokio::sync::Barrier::new(items.len()));
+    let tasks: Vec<_> = items
+        .into_iter()
+        .map(|item| {
+            let (work, barrier) = (f(item), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                work.await
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.expect("join"));
+    }
+    out
+}
