@@ -42,6 +42,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0009_transaction.sql"),
     include_str!("../sql/functions/0010_admin.sql"),
     include_str!("../sql/functions/0011_observe.sql"),
+    include_str!("../sql/functions/0012_locks.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

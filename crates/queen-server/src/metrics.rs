@@ -107,6 +107,36 @@ pub(crate) fn record_kv(body: &str) {
     }
 }
 
+#[derive(serde::Deserialize)]
+struct LockVerdicts {
+    results: Vec<LockVerdict>,
+}
+
+#[derive(serde::Deserialize)]
+struct LockVerdict {
+    op: String,
+    acquired: Option<bool>,
+    renewed: Option<bool>,
+    released: Option<bool>,
+    reason: Option<String>,
+}
+
+/// Counts the verdicts of a locks answer: `queen_lock_verdicts_total{op, verdict}`.
+pub(crate) fn record_locks(body: &str) {
+    let Ok(v) = serde_json::from_str::<LockVerdicts>(body) else {
+        return;
+    };
+    for r in v.results {
+        let verdict = match (r.acquired.or(r.renewed).or(r.released), r.reason) {
+            (Some(true), _) => "granted".to_owned(),
+            (Some(false), Some(reason)) => reason,
+            (Some(false), None) => "refused".to_owned(),
+            (None, _) => "read".to_owned(),
+        };
+        metrics::counter!("queen_lock_verdicts_total", "op" => r.op, "verdict" => verdict).increment(1);
+    }
+}
+
 /// Resident set size of this process, from `/proc/self/status` (Linux);
 /// `None` where that file does not exist.
 pub(crate) fn process_rss_bytes() -> Option<u64> {

@@ -139,6 +139,33 @@ pub(crate) struct KvRequest {
     operations: Vec<KvOperation>,
 }
 
+/// One lock operation: `acquire`, `renew`, `release` or `get`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct LockOperation {
+    /// `acquire`, `renew`, `release` or `get`.
+    op: String,
+    /// At most 256 bytes, no control characters, no `#`.
+    name: String,
+    /// acquire, renew: the lifetime in seconds (there is no forever).
+    ttlSeconds: Option<i64>,
+    /// acquire, renew: the holder (minted by the broker when absent).
+    owner: Option<String>,
+    /// acquire: permits of a semaphore, 1 to 1024 (default 1).
+    limit: Option<i64>,
+    /// renew, release: the permit's token.
+    token: Option<i64>,
+    /// renew, release: the permit's slot.
+    slot: Option<i64>,
+}
+
+/// `POST /api/v1/locks`: one result per op; every verdict is a 200.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct LocksRequest {
+    operations: Vec<LockOperation>,
+}
+
 /// The body of the KV path route `PUT`.
 #[derive(ToSchema)]
 #[allow(dead_code, non_snake_case)]

@@ -6,6 +6,7 @@
 mod admin;
 mod broker;
 mod kv;
+mod locks;
 
 pub(crate) use kv::kv_failure;
 
@@ -61,5 +62,6 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(broker::seek))
         .routes(routes!(kv::batch))
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
+        .routes(routes!(locks::locks))
         .fallback(broker::not_found)
 }
