@@ -25,6 +25,7 @@ mod locks;
 mod migrate;
 mod notifier;
 mod push;
+mod reads;
 mod transaction;
 mod wire;
 
@@ -38,6 +39,7 @@ pub use kv::{ops_to_wire, Expect, Expiry, KvOp, KvOutcome, KvResult, KvRow, Prec
 pub use locks::{LockHolder, LockOp, LockResult, LOCKS_NAMESPACE, MAX_LIMIT as MAX_LOCK_LIMIT};
 pub use migrate::{migrate, schema_digest, MIGRATIONS};
 pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
+pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PAGE, MAX_FETCH_ENTRIES};
 pub use transaction::{decode_bundle, Bundle};
 
 /// A JSON document produced by the database, kept as its exact text.

@@ -27,6 +27,7 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0005_ready_lanes.sql",
         sql: include_str!("../sql/migrations/0005_ready_lanes.sql"),
     },
+    Migration { version: 6, name: "0006_reads.sql", sql: include_str!("../sql/migrations/0006_reads.sql") },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.
@@ -43,6 +44,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0010_admin.sql"),
     include_str!("../sql/functions/0011_observe.sql"),
     include_str!("../sql/functions/0012_locks.sql"),
+    include_str!("../sql/functions/0013_reads.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

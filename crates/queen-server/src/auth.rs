@@ -11,7 +11,9 @@
 //! JWT without one of those two values is answered 403 (it proves who the
 //! caller is but grants nothing). `write` may do everything. `read` may only
 //! observe: `GET` and `HEAD`, except the pop routes, which are `GET` but take
-//! leases (and, with `autoAck`, consume), so they need `write`. Every
+//! leases (and, with `autoAck`, consume), so they need `write`; and the
+//! reads by offset (`POST /api/v1/fetch`, `POST /api/v1/partitions/changed`),
+//! which are `POST` only because their entries do not fit a URL. Every other
 //! `POST`, `PUT` and `DELETE` needs `write`, including a `POST /api/v1/kv`
 //! batch that holds only gets: the route is decided before the body is read,
 //! and a body-dependent rule would have to parse untrusted input before
@@ -287,7 +289,11 @@ fn is_open(method: &Method, route: Option<&str>) -> bool {
 
 /// Whether the route changes state (see the module documentation).
 fn needs_write(method: &Method, route: Option<&str>) -> bool {
-    let observes = method == Method::GET || method == Method::HEAD;
+    // Reads by offset are POSTs (their entries do not fit a URL) that take
+    // no lease and move no cursor: a read token may use them.
+    let reads_by_offset =
+        method == Method::POST && matches!(route, Some("/api/v1/fetch" | "/api/v1/partitions/changed"));
+    let observes = method == Method::GET || method == Method::HEAD || reads_by_offset;
     !observes || route.is_some_and(|r| r.starts_with("/api/v1/pop/"))
 }
 
@@ -407,6 +413,9 @@ mod tests {
         assert!(needs_write(&Method::GET, Some("/api/v1/pop/queue/{queue}")));
         assert!(needs_write(&Method::GET, Some("/api/v1/pop/queue/{queue}/partition/{partition}")));
         assert!(needs_write(&Method::POST, Some("/api/v1/kv")));
+        assert!(!needs_write(&Method::POST, Some("/api/v1/fetch")));
+        assert!(!needs_write(&Method::POST, Some("/api/v1/partitions/changed")));
+        assert!(needs_write(&Method::POST, Some("/api/v1/locks")));
         assert!(needs_write(&Method::PUT, None));
         assert!(needs_write(&Method::DELETE, Some("/api/v1/resources/queues/{queue}")));
         assert!(is_open(&Method::GET, Some("/health")));

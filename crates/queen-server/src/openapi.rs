@@ -166,6 +166,48 @@ pub(crate) struct LocksRequest {
     operations: Vec<LockOperation>,
 }
 
+/// One partition to read by offset.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct FetchEntry {
+    queue: String,
+    /// Default `Default`.
+    partition: Option<String>,
+    /// The first offset to read (from 0, in push order).
+    offset: i64,
+    /// Byte budget of this entry's records.
+    maxBytes: Option<i64>,
+}
+
+/// `POST /api/v1/fetch`: up to 1024 entries; no lease taken, no cursor moved.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct FetchRequest {
+    entries: Vec<FetchEntry>,
+    /// Byte budget of the whole call (default 8 MiB, at most 64 MiB).
+    maxBytes: Option<i64>,
+}
+
+/// One page request of partitions/changed.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ChangedEntry {
+    queue: String,
+    /// Partitions per page (clamped to 1..1000).
+    limit: Option<i64>,
+    /// Only partitions written at or after this ISO-8601 time.
+    since: Option<String>,
+    /// The `next` of the previous page.
+    after: Option<String>,
+}
+
+/// `POST /api/v1/partitions/changed`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct ChangedRequest {
+    entries: Vec<ChangedEntry>,
+}
+
 /// The body of the KV path route `PUT`.
 #[derive(ToSchema)]
 #[allow(dead_code, non_snake_case)]

@@ -7,6 +7,7 @@ mod admin;
 mod broker;
 mod kv;
 mod locks;
+mod reads;
 
 pub(crate) use kv::kv_failure;
 
@@ -63,5 +64,7 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(kv::batch))
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
         .routes(routes!(locks::locks))
+        .routes(routes!(reads::fetch))
+        .routes(routes!(reads::partitions_changed))
         .fallback(broker::not_found)
 }

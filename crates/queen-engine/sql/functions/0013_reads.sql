@@ -1,0 +1,134 @@
+-- Reads by offset. A message's offset is its seq: per partition, from 0 in
+-- push order, drawn under the partition's lock, so it costs the push path
+-- nothing. Reads take no lease and move no cursor. The request is checked
+-- in Rust (reads.rs).
+
+-- One fetch call: entries answered in request order. Records of an entry
+-- stop at its byte budget and at the call's, but an entry that starts
+-- within the call's budget always gets at least one record, so a record
+-- larger than the budget is still readable.
+CREATE OR REPLACE FUNCTION queen.fetch(
+  p_queues text[], p_partitions text[], p_offsets bigint[], p_max_bytes bigint[],
+  p_call_max_bytes bigint, p_max_records integer)
+RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  i integer;
+  v_part record;
+  v_start bigint;
+  v_left bigint := p_call_max_bytes;
+  v_entry_left bigint;
+  -- Built as text: payloads are json and keep their exact text.
+  v_records text[];
+  v_entries text[] := '{}';
+  r record;
+BEGIN
+  FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
+    SELECT p.id, p.next_seq INTO v_part
+      FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+     WHERE q.name = p_queues[i] AND p.name = p_partitions[i];
+    IF NOT FOUND THEN
+      v_entries := v_entries || '{"error":"UNKNOWN_TOPIC_OR_PARTITION","highWatermark":0,"logStartOffset":0,"records":[]}'::text;
+      CONTINUE;
+    END IF;
+    -- Offsets below next_seq are committed (the push that drew them moved
+    -- next_seq in its own transaction), so nothing at or past it is read.
+    SELECT coalesce(min(m.seq), v_part.next_seq) INTO v_start
+      FROM queen.messages m WHERE m.partition_id = v_part.id AND m.seq < v_part.next_seq;
+    IF p_offsets[i] < v_start OR p_offsets[i] > v_part.next_seq THEN
+      v_entries := v_entries || json_build_object('error', 'OFFSET_OUT_OF_RANGE',
+        'highWatermark', v_part.next_seq, 'logStartOffset', v_start, 'records', '[]'::json)::text;
+      CONTINUE;
+    END IF;
+    v_records := '{}';
+    v_entry_left := p_max_bytes[i];
+    IF v_left > 0 THEN
+      FOR r IN
+        SELECT m.seq, m.transaction_id, m.payload, m.created_at,
+               coalesce(octet_length(m.payload::text), 4) + octet_length(m.transaction_id) AS size
+          FROM queen.messages m
+         WHERE m.partition_id = v_part.id AND m.seq >= p_offsets[i] AND m.seq < v_part.next_seq
+         ORDER BY m.seq
+         LIMIT p_max_records
+      LOOP
+        EXIT WHEN cardinality(v_records) > 0 AND (r.size > v_entry_left OR r.size > v_left);
+        v_records := v_records || json_build_object('offset', r.seq, 'transactionId', r.transaction_id,
+          'payload', r.payload, 'ts', queen.iso(r.created_at))::text;
+        v_entry_left := v_entry_left - r.size;
+        v_left := v_left - r.size;
+      END LOOP;
+    END IF;
+    v_entries := v_entries || format('{"highWatermark":%s,"logStartOffset":%s,"records":[%s]}',
+      v_part.next_seq, v_start, array_to_string(v_records, ','));
+  END LOOP;
+  RETURN '{"entries":[' || array_to_string(v_entries, ',') || ']}';
+END $$;
+
+-- A time every write is counted by: no transaction that has written and
+-- not yet committed started before it, so a partition it has not seen yet
+-- will show a later lastWriteAt. Sessions of other roles are invisible to
+-- an unprivileged broker; one role per database is the supported set-up.
+CREATE OR REPLACE FUNCTION queen.safe_time() RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+  SELECT least(statement_timestamp(),
+               (SELECT min(a.xact_start) FROM pg_stat_activity a
+                 WHERE a.datname = current_database() AND a.backend_xid IS NOT NULL
+                   AND a.pid <> pg_backend_pid()))
+$$;
+
+-- One page of partitions of each entry's queue written at or after `since`,
+-- in creation order (ids are time-ordered), after the id `after`.
+CREATE OR REPLACE FUNCTION queen.partitions_changed(
+  p_queues text[], p_limits integer[], p_since text[], p_after uuid[])
+RETURNS text
+LANGUAGE plpgsql STABLE SET timezone = 'UTC' AS $$
+DECLARE
+  i integer;
+  v_safe timestamptz := queen.safe_time();
+  v_queue_id bigint;
+  v_since timestamptz;
+  v_rows jsonb;
+  v_last uuid;
+  v_more boolean;
+  v_entries jsonb := '[]';
+BEGIN
+  FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
+    SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.name = p_queues[i];
+    IF NOT FOUND THEN
+      v_entries := v_entries || jsonb_build_object('error', 'UNKNOWN_TOPIC_OR_PARTITION', 'partitions', '[]'::jsonb);
+      CONTINUE;
+    END IF;
+    v_since := NULL;
+    IF p_since[i] IS NOT NULL THEN
+      BEGIN
+        v_since := p_since[i]::timestamptz;
+      EXCEPTION WHEN datetime_field_overflow OR invalid_datetime_format OR invalid_text_representation THEN
+        PERFORM queen.bad_request(format('entries[%s].since', i - 1), 'must be an ISO-8601 time');
+      END;
+    END IF;
+    WITH page AS (
+      SELECT p.id, p.name, p.next_seq, p.last_push_at
+        FROM queen.partitions p
+       WHERE p.queue_id = v_queue_id
+         AND (p_after[i] IS NULL OR p.id > p_after[i])
+         AND (v_since IS NULL OR p.last_push_at >= v_since)
+       ORDER BY p.id
+       LIMIT p_limits[i] + 1
+    ), numbered AS (
+      SELECT page.*, row_number() OVER (ORDER BY page.id) AS n FROM page
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+             'name', n.name, 'id', n.id, 'lastOffset', n.next_seq - 1,
+             'logStart', coalesce((SELECT min(m.seq) FROM queen.messages m
+                                    WHERE m.partition_id = n.id AND m.seq < n.next_seq), n.next_seq),
+             'lastWriteAt', queen.iso(n.last_push_at)) ORDER BY n.id) FILTER (WHERE n.n <= p_limits[i]), '[]'),
+           max(n.id::text) FILTER (WHERE n.n <= p_limits[i])::uuid,
+           count(*) > p_limits[i]
+      INTO v_rows, v_last, v_more
+      FROM numbered n;
+    v_entries := v_entries || CASE WHEN v_more
+      THEN jsonb_build_object('partitions', v_rows, 'next', v_last)
+      ELSE jsonb_build_object('partitions', v_rows) END;
+  END LOOP;
+  RETURN jsonb_build_object('safeTime', queen.iso(v_safe), 'entries', v_entries)::text;
+END $$;

@@ -1,0 +1,3 @@
+-- One fetch call (reads.rs): queues, partitions, offsets, per-entry byte
+-- budgets, the call's byte budget, records per entry at most.
+SELECT queen.fetch($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint, $6::integer)

@@ -1,0 +1,321 @@
+//! Reads by offset (`POST /api/v1/fetch`) and the partitions written since
+//! a time (`POST /api/v1/partitions/changed`). An offset is a message's
+//! `seq`, drawn per partition under the partition lock by every push, so
+//! offsets cost the push path nothing. Reads take no lease and move no
+//! cursor. The call is checked here; `sql/functions/0013_reads.sql` reads.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use uuid::Uuid;
+
+use crate::push::DEFAULT_PARTITION;
+use crate::wire::{self, bad_request, Fields, Kind};
+use crate::{Engine, EngineError, Json};
+
+/// Entries per fetch call, at most (the Python client sends up to 1000).
+pub const MAX_FETCH_ENTRIES: usize = 1024;
+/// An entry's byte budget when the call names none.
+const DEFAULT_ENTRY_BYTES: i64 = 1024 * 1024;
+/// The call's byte budget when it names none, and its ceiling.
+const DEFAULT_CALL_BYTES: i64 = 8 * 1024 * 1024;
+const MAX_CALL_BYTES: i64 = 64 * 1024 * 1024;
+/// Records per entry per call, at most; the client asks again for the rest.
+const MAX_RECORDS: i32 = 1000;
+/// Partitions per page of partitions/changed, at most (and by default).
+pub const MAX_CHANGED_PAGE: i32 = 1000;
+
+/// One partition to read from `offset` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchEntry {
+    /// The queue.
+    pub queue: String,
+    /// The partition (`Default` when the wire leaves it out).
+    pub partition: String,
+    /// The first offset to read.
+    pub offset: i64,
+    /// Byte budget of this entry's records (payload text and transaction id).
+    pub max_bytes: Option<i64>,
+}
+
+/// One page request of partitions/changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangedEntry {
+    /// The queue.
+    pub queue: String,
+    /// Partitions per page, 1 to 1000.
+    pub limit: Option<i32>,
+    /// Only partitions written at or after this ISO-8601 time.
+    pub since: Option<String>,
+    /// The `next` of the previous page.
+    pub after: Option<Uuid>,
+}
+
+fn entries<'a>(body: &'a str, what: &str) -> Result<(Fields<'a>, Vec<&'a RawValue>), EngineError> {
+    if wire::has_nul_escape(body) {
+        return Err(bad_request("body", "must not contain NUL (\\u0000)"));
+    }
+    let raw: &RawValue =
+        serde_json::from_str(body).map_err(|_| bad_request("body", "must be a JSON object"))?;
+    let fields = wire::fields(raw).ok_or_else(|| bad_request("body", "must be a JSON object"))?;
+    let list = fields
+        .get("entries")
+        .copied()
+        .and_then(wire::elements)
+        .ok_or_else(|| bad_request("entries", &format!("must be an array of {what}")))?;
+    if list.len() > MAX_FETCH_ENTRIES {
+        return Err(bad_request("entries", &format!("holds more than {MAX_FETCH_ENTRIES} entries")));
+    }
+    Ok((fields, list))
+}
+
+fn text(fields: &Fields<'_>, name: &str, f: &str) -> Result<Option<String>, EngineError> {
+    match fields.get(name) {
+        None => Ok(None),
+        Some(v) if wire::kind(v) == Kind::Null => Ok(None),
+        Some(v) if wire::kind(v) == Kind::String => Ok(Some(wire::string(v)?)),
+        Some(_) => Err(bad_request(&format!("{f}.{name}"), "must be a string")),
+    }
+}
+
+/// An optional integer within `range`.
+fn int(
+    fields: &Fields<'_>,
+    name: &str,
+    f: &str,
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<Option<i64>, EngineError> {
+    match fields.get(name) {
+        None => Ok(None),
+        Some(v) if wire::kind(v) == Kind::Null => Ok(None),
+        Some(v) => match v.get().parse::<i64>() {
+            Ok(n) if range.contains(&n) => Ok(Some(n)),
+            _ => Err(bad_request(
+                &format!("{f}.{name}"),
+                &format!("must be an integer from {} to {}", range.start(), range.end()),
+            )),
+        },
+    }
+}
+
+fn queue(fields: &Fields<'_>, f: &str) -> Result<String, EngineError> {
+    match text(fields, "queue", f)? {
+        Some(q) if !q.is_empty() && q.len() <= 255 => Ok(q),
+        _ => Err(bad_request(&format!("{f}.queue"), "must be a queue name (1 to 255 bytes)")),
+    }
+}
+
+fn entry_object<'a>(raw: &'a RawValue, f: &str) -> Result<Fields<'a>, EngineError> {
+    wire::fields(raw).ok_or_else(|| bad_request(f, "must be an object"))
+}
+
+/// Decodes a fetch call: its entries and the call's byte budget.
+pub(crate) fn decode_fetch(body: &str) -> Result<(Vec<FetchEntry>, Option<i64>), EngineError> {
+    let (fields, list) = entries(body, "{queue, partition, offset, maxBytes}")?;
+    let call_max = int(&fields, "maxBytes", "body", 1..=MAX_CALL_BYTES)?;
+    let decoded = list
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            let f = format!("entries[{i}]");
+            let e = entry_object(raw, &f)?;
+            Ok(FetchEntry {
+                queue: queue(&e, &f)?,
+                partition: text(&e, "partition", &f)?.unwrap_or_else(|| DEFAULT_PARTITION.to_owned()),
+                offset: int(&e, "offset", &f, 0..=i64::MAX)?
+                    .ok_or_else(|| bad_request(&format!("{f}.offset"), "is required (an integer >= 0)"))?,
+                max_bytes: int(&e, "maxBytes", &f, 1..=i64::MAX)?,
+            })
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    Ok((decoded, call_max))
+}
+
+/// Decodes a partitions/changed call.
+pub(crate) fn decode_changed(body: &str) -> Result<Vec<ChangedEntry>, EngineError> {
+    let (_, list) = entries(body, "{queue, limit, since, after}")?;
+    list.iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            let f = format!("entries[{i}]");
+            let e = entry_object(raw, &f)?;
+            let after = match text(&e, "after", &f)? {
+                None => None,
+                Some(a) => Some(Uuid::parse_str(&a).map_err(|_| {
+                    bad_request(&format!("{f}.after"), "must be the `next` of a previous page")
+                })?),
+            };
+            Ok(ChangedEntry {
+                queue: queue(&e, &f)?,
+                // Any page size is clamped to the ceiling, as KV pages are.
+                limit: int(&e, "limit", &f, i64::MIN..=i64::MAX)?
+                    .map(|l| l.clamp(1, i64::from(MAX_CHANGED_PAGE)) as i32),
+                since: match text(&e, "since", &f)?.filter(|s| !s.is_empty()) {
+                    Some(s) if !starts_with_a_date(&s) => {
+                        return Err(bad_request(&format!("{f}.since"), "must be an ISO-8601 time"))
+                    }
+                    since => since,
+                },
+                after,
+            })
+        })
+        .collect()
+}
+
+/// `YYYY-MM-DD` first: PostgreSQL would also take words such as `now`,
+/// which are not ISO-8601. The rest is PostgreSQL's to parse.
+fn starts_with_a_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10
+        && b[..10]
+            .iter()
+            .enumerate()
+            .all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
+}
+
+/// One record read by offset.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchedRecord {
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// The transaction id it was pushed with.
+    pub transaction_id: String,
+    /// The payload, as pushed.
+    pub payload: Box<RawValue>,
+    /// When it was pushed.
+    pub ts: String,
+}
+
+/// What one fetch entry read.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fetched {
+    /// The next offset the partition will assign.
+    pub high_watermark: i64,
+    /// The oldest offset still kept.
+    pub log_start_offset: i64,
+    /// Records from the asked offset on, in offset order.
+    pub records: Vec<FetchedRecord>,
+    /// `OFFSET_OUT_OF_RANGE` or `UNKNOWN_TOPIC_OR_PARTITION`.
+    pub error: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct FetchAnswer {
+    entries: Vec<Fetched>,
+}
+
+impl Engine {
+    /// A fetch call given as wire JSON.
+    pub async fn fetch(&self, body: &str) -> Result<Json, EngineError> {
+        let (entries, call_max) = decode_fetch(body)?;
+        self.run_fetch(&entries, call_max).await
+    }
+
+    /// Typed fetch: one answer per entry, in order.
+    pub async fn fetch_entries(
+        &self,
+        entries: &[FetchEntry],
+        max_bytes: Option<i64>,
+    ) -> Result<Vec<Fetched>, EngineError> {
+        if entries.len() > MAX_FETCH_ENTRIES {
+            return Err(bad_request("entries", &format!("holds more than {MAX_FETCH_ENTRIES} entries")));
+        }
+        for (i, e) in entries.iter().enumerate() {
+            let f = format!("entries[{i}]");
+            if e.queue.is_empty() || e.queue.len() > 255 {
+                return Err(bad_request(&format!("{f}.queue"), "must be a queue name (1 to 255 bytes)"));
+            }
+            if e.offset < 0 {
+                return Err(bad_request(&format!("{f}.offset"), "must be an integer >= 0"));
+            }
+        }
+        let json = self.run_fetch(entries, max_bytes).await?;
+        let a: FetchAnswer = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
+        Ok(a.entries)
+    }
+
+    async fn run_fetch(&self, entries: &[FetchEntry], call_max: Option<i64>) -> Result<Json, EngineError> {
+        let queues: Vec<&str> = entries.iter().map(|e| e.queue.as_str()).collect();
+        let partitions: Vec<&str> = entries.iter().map(|e| e.partition.as_str()).collect();
+        let offsets: Vec<i64> = entries.iter().map(|e| e.offset).collect();
+        let budgets: Vec<i64> =
+            entries.iter().map(|e| e.max_bytes.unwrap_or(DEFAULT_ENTRY_BYTES).max(1)).collect();
+        let call_max = call_max.unwrap_or(DEFAULT_CALL_BYTES).clamp(1, MAX_CALL_BYTES);
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/fetch.sql")).await?;
+        let row = client
+            .query_one(&stmt, &[&queues, &partitions, &offsets, &budgets, &call_max, &MAX_RECORDS])
+            .await?;
+        Ok(Json(row.try_get(0)?))
+    }
+
+    /// A partitions/changed call given as wire JSON.
+    pub async fn partitions_changed(&self, body: &str) -> Result<Json, EngineError> {
+        let entries = decode_changed(body)?;
+        self.run_changed(&entries).await
+    }
+
+    /// Typed partitions/changed: the answer as wire JSON.
+    pub async fn partitions_changed_entries(&self, entries: &[ChangedEntry]) -> Result<Json, EngineError> {
+        if entries.len() > MAX_FETCH_ENTRIES {
+            return Err(bad_request("entries", &format!("holds more than {MAX_FETCH_ENTRIES} entries")));
+        }
+        self.run_changed(entries).await
+    }
+
+    async fn run_changed(&self, entries: &[ChangedEntry]) -> Result<Json, EngineError> {
+        let queues: Vec<&str> = entries.iter().map(|e| e.queue.as_str()).collect();
+        let limits: Vec<i32> =
+            entries.iter().map(|e| e.limit.unwrap_or(MAX_CHANGED_PAGE).clamp(1, MAX_CHANGED_PAGE)).collect();
+        let since: Vec<Option<&str>> = entries.iter().map(|e| e.since.as_deref()).collect();
+        let after: Vec<Option<Uuid>> = entries.iter().map(|e| e.after).collect();
+        let client = self.pool().get().await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/partitions_changed.sql")).await?;
+        let row = client.query_one(&stmt, &[&queues, &limits, &since, &after]).await?;
+        Ok(Json(row.try_get(0)?))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn field(r: Result<impl std::fmt::Debug, EngineError>) -> String {
+        match r {
+            Err(EngineError::Rejected { status: 400, body }) => {
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                v["field"].as_str().unwrap().to_owned()
+            }
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn fetch_entries_decode_with_their_defaults() {
+        let (e, max) = decode_fetch(r#"{"entries":[{"queue":"q","offset":3},{"queue":"q","partition":"p","offset":0,"maxBytes":10}],"maxBytes":100}"#).unwrap();
+        assert_eq!(max, Some(100));
+        assert_eq!(
+            e[0],
+            FetchEntry { queue: "q".into(), partition: "Default".into(), offset: 3, max_bytes: None }
+        );
+        assert_eq!(e[1].max_bytes, Some(10));
+    }
+
+    #[test]
+    fn bad_fetch_input_names_its_field() {
+        assert_eq!(field(decode_fetch("[]")), "body");
+        assert_eq!(field(decode_fetch(r#"{"entries":[{"offset":1}]}"#)), "entries[0].queue");
+        assert_eq!(field(decode_fetch(r#"{"entries":[{"queue":"q"}]}"#)), "entries[0].offset");
+        assert_eq!(field(decode_fetch(r#"{"entries":[{"queue":"q","offset":-1}]}"#)), "entries[0].offset");
+        assert_eq!(field(decode_fetch(r#"{"entries":[{"queue":"q","offset":1.5}]}"#)), "entries[0].offset");
+        assert_eq!(field(decode_changed(r#"{"entries":[{"queue":"q","after":"x"}]}"#)), "entries[0].after");
+        assert_eq!(field(decode_changed(r#"{"entries":[{"queue":"q","since":"now"}]}"#)), "entries[0].since");
+        assert!(
+            decode_changed(r#"{"entries":[{"queue":"q","since":"2026-12-03T21:57:06.204740Z"}]}"#).is_ok()
+        );
+        let many = format!("{{\"entries\":[{}]}}", vec![r#"{"queue":"q","offset":0}"#; 1025].join(","));
+        assert_eq!(field(decode_fetch(&many)), "entries");
+    }
+}
