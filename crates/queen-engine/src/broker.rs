@@ -13,6 +13,7 @@ use crate::batch::{
     self, AckBatcher, BatchKind, BatchSizes, BatchStats, GetBatcher, PushBatcher, WriteBatcher,
 };
 use crate::notifier::{self, Announcer, Waiters};
+use crate::timers::{self, TimerStats};
 use crate::{DbConfig, EngineError, Json};
 
 /// The consumer group name of queue mode: one more cursor per partition.
@@ -49,6 +50,13 @@ pub struct EngineOptions {
     /// Concurrent ack requests share one statement and one commit; this
     /// many such statements may run at once (0: every ack runs alone).
     pub ack_batch_slots: usize,
+    /// How often the timer sweeper looks for due timers; `None` disables
+    /// it (another broker on the database may fire them).
+    pub timer_sweep_interval: Option<Duration>,
+    /// Timers fired per transaction.
+    pub timer_fire_batch: i32,
+    /// How far ahead a timer may be scheduled (`timer_horizon_exceeded`).
+    pub timer_horizon: Duration,
 }
 
 impl Default for EngineOptions {
@@ -63,6 +71,9 @@ impl Default for EngineOptions {
             kv_write_batch_slots: 4,
             push_batch_slots: 4,
             ack_batch_slots: 4,
+            timer_sweep_interval: Some(Duration::from_millis(200)),
+            timer_fire_batch: 500,
+            timer_horizon: crate::timers::DEFAULT_TIMER_HORIZON,
         }
     }
 }
@@ -123,6 +134,7 @@ pub struct Engine {
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
     kv_pruned: Arc<AtomicU64>,
+    timer_stats: Arc<TimerStats>,
 }
 
 impl Engine {
@@ -135,7 +147,24 @@ impl Engine {
         tokio::spawn(notifier::run(db.pg_config()?, waiters.clone(), announcer.clone(), shutdown_rx.clone()));
         let kv_pruned = Arc::new(AtomicU64::new(0));
         if let Some(every) = options.kv_sweep_interval {
-            tokio::spawn(sweep(pool.clone(), every, options.kv_sweep_batch, kv_pruned.clone(), shutdown_rx));
+            tokio::spawn(sweep(
+                pool.clone(),
+                every,
+                options.kv_sweep_batch,
+                kv_pruned.clone(),
+                shutdown_rx.clone(),
+            ));
+        }
+        let timer_stats = Arc::new(TimerStats::default());
+        if let Some(every) = options.timer_sweep_interval {
+            tokio::spawn(timers::sweep_timers(
+                pool.clone(),
+                every,
+                options.timer_fire_batch.max(1),
+                announce_fn(&waiters, &announcer),
+                timer_stats.clone(),
+                shutdown_rx,
+            ));
         }
         let batch_stats = Arc::new(BatchStats::default());
         let get_batcher = (options.kv_get_batch_slots > 0)
@@ -159,11 +188,20 @@ impl Engine {
             shutdown,
             options,
             kv_pruned,
+            timer_stats,
         })
     }
 
     pub(crate) fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    pub(crate) fn timer_horizon(&self) -> Duration {
+        self.options.timer_horizon
+    }
+
+    pub(crate) fn timer_stats_ref(&self) -> &TimerStats {
+        &self.timer_stats
     }
 
     pub(crate) fn kv_max_read_bytes(&self) -> i64 {

@@ -28,6 +28,7 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0005_ready_lanes.sql"),
     },
     Migration { version: 6, name: "0006_reads.sql", sql: include_str!("../sql/migrations/0006_reads.sql") },
+    Migration { version: 7, name: "0007_timers.sql", sql: include_str!("../sql/migrations/0007_timers.sql") },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.
@@ -45,6 +46,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0011_observe.sql"),
     include_str!("../sql/functions/0012_locks.sql"),
     include_str!("../sql/functions/0013_reads.sql"),
+    include_str!("../sql/functions/0014_timers.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

@@ -1,6 +1,8 @@
 //! The shared commit (`POST /api/v1/transaction`): the bundle decoded and
-//! checked here, once; `queen.transaction_rows` applies its pushes, acks and
-//! KV ops as typed arrays in one PostgreSQL transaction.
+//! checked here, once; `queen.transaction_rows` applies its pushes, acks,
+//! KV ops and timer ops as typed arrays in one PostgreSQL transaction.
+
+use std::time::Duration;
 
 use serde_json::value::RawValue;
 
@@ -8,6 +10,7 @@ use crate::ack::{self, AckColumns, AckItem};
 use crate::kv::{KvColumns, KvOp};
 use crate::kv_decode::{decode_call, kv_reject};
 use crate::push::{self, PushColumns, PushItem};
+use crate::timers::{self, TimerColumns, TimerOp, DEFAULT_TIMER_HORIZON};
 use crate::wire::{self, Kind};
 use crate::{Engine, EngineError, Json};
 
@@ -21,6 +24,8 @@ pub struct Bundle {
     pub acks: Vec<(i32, AckItem)>,
     /// The `kv` rider, applied after the pushes and acks.
     pub kv: Vec<KvOp>,
+    /// The `timers` rider, applied last (its results follow the KV ones).
+    pub timers: Vec<TimerOp>,
     /// The lease lent to acks that carry none: set when the bundle names
     /// exactly one distinct lease.
     pub lent_lease: Option<String>,
@@ -28,8 +33,13 @@ pub struct Bundle {
     pub slots: i32,
 }
 
-/// Decodes a bundle, refusing bad input with the 400 that names it.
+/// Decodes a bundle, refusing bad input with the 400 that names it
+/// (timers judged against the default horizon).
 pub fn decode_bundle(body: &str) -> Result<Bundle, EngineError> {
+    decode_bundle_for(body, DEFAULT_TIMER_HORIZON)
+}
+
+fn decode_bundle_for(body: &str, horizon: Duration) -> Result<Bundle, EngineError> {
     let bad = wire::bad_request;
     let raw: &RawValue = serde_json::from_str(body).map_err(|_| bad("body", "must be a JSON object"))?;
     let f = wire::fields(raw).ok_or_else(|| bad("body", "must be a JSON object"))?;
@@ -88,7 +98,12 @@ pub fn decode_bundle(body: &str) -> Result<Bundle, EngineError> {
         },
     };
     let has_kv = kv_raw.and_then(wire::elements).is_some_and(|k| !k.is_empty());
-    if slot == 0 && !has_kv {
+    let timers = match f.get("timers") {
+        None => Vec::new(),
+        Some(t) if wire::kind(t) == Kind::Null => Vec::new(),
+        Some(t) => timers::decode_ops(t, horizon, true)?,
+    };
+    if slot == 0 && !has_kv && timers.is_empty() {
         return Err(bad("operations", "Transaction has no operations to commit"));
     }
     for l in required_leases {
@@ -120,7 +135,7 @@ pub fn decode_bundle(body: &str) -> Result<Bundle, EngineError> {
         Some(k) => decode_call(k.get(), true)?,
         None => Vec::new(),
     };
-    Ok(Bundle { pushes, acks, kv, lent_lease, slots: slot })
+    Ok(Bundle { pushes, acks, kv, timers, lent_lease, slots: slot })
 }
 
 impl Engine {
@@ -128,11 +143,15 @@ impl Engine {
     /// rejected ack, a duplicate push, a lost `required` precondition) is
     /// `Err(EngineError::Refused(body))` and changed nothing.
     pub async fn transaction(&self, body: &str) -> Result<Json, EngineError> {
-        self.transaction_bundle(decode_bundle(body)?).await
+        self.transaction_bundle(decode_bundle_for(body, self.timer_horizon())?).await
     }
 
     /// Applies a checked bundle in one commit.
     pub async fn transaction_bundle(&self, bundle: Bundle) -> Result<Json, EngineError> {
+        if bundle.timers.len() > timers::MAX_OPS_IN_TX {
+            return Err(wire::bad_request("timers", "holds more than 64 timer operations"));
+        }
+        timers::check_ops(&bundle.timers, self.timer_horizon())?;
         let tx_id = uuid::Uuid::new_v4().to_string();
         let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.into_iter().unzip();
         let mut queues: Vec<String> = items.iter().map(|i| i.queue.clone()).collect();
@@ -140,6 +159,7 @@ impl Engine {
         let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.into_iter().unzip();
         let acks = AckColumns::of(&ack_items);
         let kv = KvColumns::of(&bundle.kv);
+        let timer_columns = TimerColumns::of(&bundle.timers);
         let max_read = self.kv_max_read_bytes();
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
             &tx_id,
@@ -161,6 +181,7 @@ impl Engine {
             &acks.groups,
         ];
         params.extend(kv.params());
+        params.extend(timer_columns.params());
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../sql/statements/transaction.sql")).await?;
         let row = client.query_one(&stmt, &params).await?;

@@ -137,6 +137,32 @@ pub(crate) fn record_locks(body: &str) {
     }
 }
 
+#[derive(serde::Deserialize)]
+struct TimerVerdicts {
+    results: Vec<TimerVerdict>,
+}
+
+#[derive(serde::Deserialize)]
+struct TimerVerdict {
+    status: String,
+}
+
+/// Counts the verdicts of a timers answer: `queen_timer_ops_total{status}`.
+pub(crate) fn record_timers(body: &str) {
+    if let Ok(v) = serde_json::from_str::<TimerVerdicts>(body) {
+        for r in v.results {
+            metrics::counter!("queen_timer_ops_total", "status" => r.status).increment(1);
+        }
+    }
+}
+
+/// Counts the verdict of the cancel route.
+pub(crate) fn record_timer_cancel(body: &str) {
+    if let Ok(r) = serde_json::from_str::<TimerVerdict>(body) {
+        metrics::counter!("queen_timer_ops_total", "status" => r.status).increment(1);
+    }
+}
+
 /// Resident set size of this process, from `/proc/self/status` (Linux);
 /// `None` where that file does not exist.
 pub(crate) fn process_rss_bytes() -> Option<u64> {

@@ -208,6 +208,31 @@ pub(crate) struct ChangedRequest {
     entries: Vec<ChangedEntry>,
 }
 
+/// One timer operation: `schedule`, `reschedule` or `cancel`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct TimerOperation {
+    /// `schedule`, `reschedule` (the same upsert) or `cancel`.
+    op: String,
+    queue: String,
+    timerKey: String,
+    /// Base64 of the JSON document the fired message carries.
+    payload: Option<String>,
+    /// Milliseconds from now; negative fires on the first cycle.
+    delayMs: Option<i64>,
+    /// The fired message's transactionId (minted when absent).
+    txn: Option<String>,
+    /// Default `Default`.
+    partition: Option<String>,
+}
+
+/// `POST /api/v1/timers`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct TimersRequest {
+    operations: Vec<TimerOperation>,
+}
+
 /// The body of the KV path route `PUT`.
 #[derive(ToSchema)]
 #[allow(dead_code, non_snake_case)]

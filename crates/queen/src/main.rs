@@ -121,6 +121,17 @@ struct ServeArgs {
     /// Expired rows deleted per sweep statement.
     #[arg(long, env = "QUEEN_KV_SWEEP_BATCH", default_value_t = 1000)]
     kv_sweep_batch: i32,
+    /// Milliseconds between looks for due timers (0: this broker fires none; another broker on
+    /// the database may).
+    #[arg(long, env = "QUEEN_TIMER_SWEEP_INTERVAL_MS", default_value_t = 200)]
+    timer_sweep_interval_ms: u64,
+    /// Timers fired per transaction.
+    #[arg(long, env = "QUEEN_TIMER_FIRE_BATCH", default_value_t = 500)]
+    timer_fire_batch: i32,
+    /// How far ahead a timer may be scheduled, in seconds (default 90 days); further answers
+    /// 403 timer_horizon_exceeded.
+    #[arg(long, env = "QUEEN_TIMER_HORIZON_SECONDS", default_value_t = 90 * 24 * 3600)]
+    timer_horizon_seconds: u64,
     /// Milliseconds between a long poll's re-checks without a wake-up (lease expiry, delayed
     /// messages and lost cross-broker notifications rely on it).
     #[arg(long, env = "QUEEN_POLL_INTERVAL_MS", default_value_t = 250)]
@@ -272,6 +283,10 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         kv_write_batch_slots: args.kv_write_batch_slots,
         push_batch_slots: args.push_batch_slots.max(1),
         ack_batch_slots: args.ack_batch_slots,
+        timer_sweep_interval: (args.timer_sweep_interval_ms > 0)
+            .then(|| Duration::from_millis(args.timer_sweep_interval_ms)),
+        timer_fire_batch: args.timer_fire_batch.max(1),
+        timer_horizon: Duration::from_secs(args.timer_horizon_seconds),
     };
     let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.

@@ -21,12 +21,15 @@ DROP FUNCTION IF EXISTS queen.push_api(json);
 -- The JSON entry point is gone: the engine checks items (push.rs) and passes arrays.
 DROP FUNCTION IF EXISTS queen.push(json);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[]);
+DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[]);
 -- p_requests numbers the request each item came from when the engine's push
 -- batcher sends several requests in one call (NULL: one request): maxSize
 -- then judges each request in turn, as if they had come one after another.
+-- p_ids gives an item the message id promised to it earlier (a fired timer);
+-- NULL, or a NULL element, draws a new one.
 CREATE OR REPLACE FUNCTION queen.push_rows(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
-  p_requests integer[], OUT result json, OUT queued text[])
+  p_requests integer[], p_ids uuid[] DEFAULT NULL, OUT result json, OUT queued text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_txids text[];
@@ -76,7 +79,9 @@ BEGIN
       ),
       ins AS (
         INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
-        SELECT v_pid, v_next + f.rn, queen.uuid_v7(), f.txid, f.trace, f.payload::json FROM fresh f
+        SELECT v_pid, v_next + f.rn, coalesce(p_ids[f.ord::integer], queen.uuid_v7()), f.txid, f.trace,
+               f.payload::json
+          FROM fresh f
         RETURNING transaction_id, id
       ),
       bump AS (
@@ -187,7 +192,7 @@ BEGIN
   -- by a nested loop, quadratic in the items of a batch.
   decided AS MATERIALIZED (
     SELECT d.*,
-           CASE WHEN d.is_fresh THEN queen.uuid_v7() END AS new_id,
+           CASE WHEN d.is_fresh THEN coalesce(p_ids[d.ord::integer], queen.uuid_v7()) END AS new_id,
            count(*) FILTER (WHERE d.is_fresh) OVER (PARTITION BY d.pid ORDER BY d.ord) - 1 AS rn
       FROM (SELECT i.*, pr.id AS prior_id,
                    (i.ord = i.first_ord AND NOT i.full AND pr.id IS NULL) AS is_fresh

@@ -5,11 +5,17 @@
 -- and passes it as typed arrays; this function applies it.
 -- Results live in one flat index space: one slot per pushed item and per ack,
 -- in `operations` order (p_push_slots, p_ack_slots), then one per `kv` op.
+-- Timer ops follow the kv ops in the index space and are applied last.
 -- Lock order: partitions of the pushes (by id), then cursors of the acks (by
 -- partition id), then KV keys (in byte order), so overlapping bundles never
 -- deadlock. Any refusal raises QN200 and the whole bundle rolls back.
 DROP FUNCTION IF EXISTS queen.transaction(json, text);
 DROP FUNCTION IF EXISTS queen.transaction(json, text, bigint);
+-- Before the `timers` rider.
+DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, integer[], text[], text[], text[],
+  text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
+  bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
+  integer[], boolean[]);
 CREATE OR REPLACE FUNCTION queen.transaction_rows(
   p_tx_id text, p_lent_lease text, p_max_read_bytes bigint, p_slot_count integer,
   p_push_slots integer[], p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
@@ -17,7 +23,8 @@ CREATE OR REPLACE FUNCTION queen.transaction_rows(
   p_ack_leases text[], p_ack_groups text[],
   a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
   a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
-  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[])
+  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[],
+  t_op text[], t_queue text[], t_key text[], t_part text[], t_payload text[], t_delay bigint[], t_txn text[])
 RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -25,6 +32,7 @@ DECLARE
   v_ack json := '[]';
   v_results jsonb[];
   v_kv json := '[]';
+  v_timers jsonb := '[]';
   r record;
 BEGIN
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
@@ -51,6 +59,15 @@ BEGIN
       jsonb_build_object('tx', true, 'txId', p_tx_id, 'offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
   END IF;
 
+  -- Timers last: a lost `required` KV op above has already rolled them back.
+  IF coalesce(array_length(t_op, 1), 0) > 0 THEN
+    SELECT coalesce(jsonb_agg(jsonb_build_object('index', p_slot_count + coalesce(array_length(a_op, 1), 0) + e.n - 1,
+                                                 'type', 'timer') || e.x ORDER BY e.n), '[]')
+      INTO v_timers
+      FROM jsonb_array_elements(queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn))
+           WITH ORDINALITY e(x, n);
+  END IF;
+
   v_results := array_fill(NULL::jsonb, ARRAY[greatest(p_slot_count, 1)]);
   FOR r IN SELECT e.x, e.n FROM json_array_elements(v_push) WITH ORDINALITY e(x, n) LOOP
     v_results[p_push_slots[r.n] + 1] := jsonb_build_object('index', p_push_slots[r.n], 'type', 'push',
@@ -65,5 +82,5 @@ BEGIN
 
   RETURN json_build_object('transactionId', p_tx_id, 'success', true,
     'results', coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb)
-               || v_kv::jsonb);
+               || v_kv::jsonb || v_timers);
 END $$;

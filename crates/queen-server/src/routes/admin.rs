@@ -289,6 +289,24 @@ pub(crate) async fn metrics_prometheus(State(app): State<Arc<AppState>>) -> Resp
         "# TYPE queen_kv_sweeper_rows_pruned_total counter\nqueen_kv_sweeper_rows_pruned_total {}",
         app.engine.kv_rows_pruned()
     );
+    let timers = app.engine.timer_stats();
+    let _ =
+        writeln!(out, "# TYPE queen_timers_fired_total counter\nqueen_timers_fired_total {}", timers.fired);
+    let _ = writeln!(out, "# TYPE queen_timer_fire_lag_seconds histogram");
+    let mut cumulative = 0;
+    for (bound, n) in queen_engine::FIRE_LAG_BOUNDS_MS.iter().zip(&timers.lag_buckets) {
+        cumulative += n;
+        let _ =
+            writeln!(out, "queen_timer_fire_lag_seconds_bucket{{le=\"{}\"}} {cumulative}", bound / 1000.0);
+    }
+    let _ = writeln!(out, "queen_timer_fire_lag_seconds_bucket{{le=\"+Inf\"}} {}", timers.fired);
+    let _ = writeln!(out, "queen_timer_fire_lag_seconds_sum {}", timers.lag_sum_seconds);
+    let _ = writeln!(out, "queen_timer_fire_lag_seconds_count {}", timers.fired);
+    if let Ok((pending, due, locks)) = app.engine.timer_and_lock_gauges().await {
+        let _ = writeln!(out, "# TYPE queen_timers_pending gauge\nqueen_timers_pending {pending}");
+        let _ = writeln!(out, "# TYPE queen_timers_due gauge\nqueen_timers_due {due}");
+        let _ = writeln!(out, "# TYPE queen_locks_held gauge\nqueen_locks_held {locks}");
+    }
     let _ = writeln!(out, "# TYPE queen_batch_size histogram");
     for kind in queen_engine::BatchKind::ALL {
         let (sizes, kind) = (app.engine.batch_sizes(kind), kind.label());

@@ -8,6 +8,7 @@ mod broker;
 mod kv;
 mod locks;
 mod reads;
+mod timers;
 
 pub(crate) use kv::kv_failure;
 
@@ -65,6 +66,9 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
         .routes(routes!(locks::locks))
         .routes(routes!(reads::fetch))
+        .routes(routes!(timers::timers))
+        .routes(routes!(timers::list))
+        .routes(routes!(timers::peek, timers::cancel))
         .routes(routes!(reads::partitions_changed))
         .fallback(broker::not_found)
 }

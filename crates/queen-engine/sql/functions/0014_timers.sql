@@ -1,0 +1,174 @@
+-- Timers. The call is decoded and checked in Rust (timers.rs): ops, keys,
+-- the base64 payload (a JSON document), the horizon, one op per key. Here:
+-- the upsert, cancel against a concurrent fire, and the fire itself.
+--
+-- Locks: an op locks its timer row (upsert, or FOR UPDATE SKIP LOCKED for
+-- a cancel); a call applies its ops in (queue, key) order. The sweeper
+-- claims due rows FOR UPDATE SKIP LOCKED, so brokers never fire one row
+-- twice and a cancel never waits for a fire: it answers too_late.
+
+-- A timer as its answers describe it.
+CREATE OR REPLACE FUNCTION queen.timer_json(t queen.timers) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object('queue', t.queue_name, 'timerKey', t.timer_key, 'partition', t.partition_name,
+           'txn', t.txn, 'messageId', t.message_id, 'deliverAt', queen.iso(t.deliver_at),
+           'attempts', t.attempts, 'lastError', t.last_error,
+           'createdAt', queen.iso(t.created_at), 'updatedAt', queen.iso(t.updated_at))
+$$;
+
+CREATE OR REPLACE FUNCTION queen.timer_cancel(p_queue text, p_key text, p_txn text) RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_txn text;
+BEGIN
+  SELECT t.txn INTO v_txn FROM queen.timers t
+   WHERE t.queue_name = p_queue AND t.timer_key = p_key
+     FOR UPDATE SKIP LOCKED;
+  IF FOUND THEN
+    DELETE FROM queen.timers t WHERE t.queue_name = p_queue AND t.timer_key = p_key;
+    RETURN jsonb_build_object('ok', true, 'status', 'cancelled', 'queue', p_queue, 'timerKey', p_key,
+                              'txn', v_txn);
+  END IF;
+  -- Locked by a sweeper that is firing it (or by a writer of the same key).
+  IF EXISTS (SELECT 1 FROM queen.timers t WHERE t.queue_name = p_queue AND t.timer_key = p_key) THEN
+    RETURN jsonb_build_object('ok', false, 'status', 'too_late', 'queue', p_queue, 'timerKey', p_key,
+                              'txn', p_txn);
+  END IF;
+  RETURN jsonb_build_object('ok', false, 'status', 'absent', 'queue', p_queue, 'timerKey', p_key, 'txn', p_txn);
+END $$;
+
+-- schedule and reschedule are one upsert: attempts start again, and a new
+-- txn gets a new promised message id (the same txn keeps its id).
+CREATE OR REPLACE FUNCTION queen.timer_schedule(
+  p_queue text, p_key text, p_partition text, p_payload text, p_delay_ms bigint, p_txn text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_txn text;
+  v_id uuid;
+  v_at timestamptz;
+  v_inserted boolean;
+BEGIN
+  INSERT INTO queen.timers AS x (queue_name, timer_key, partition_name, payload, txn, message_id, deliver_at)
+  VALUES (p_queue, p_key, p_partition, p_payload::json, p_txn, queen.uuid_v7(),
+          statement_timestamp() + make_interval(secs => p_delay_ms / 1000.0))
+  ON CONFLICT (queue_name, timer_key) DO UPDATE
+    SET partition_name = EXCLUDED.partition_name, payload = EXCLUDED.payload,
+        message_id = CASE WHEN x.txn = EXCLUDED.txn THEN x.message_id ELSE EXCLUDED.message_id END,
+        txn = EXCLUDED.txn, deliver_at = EXCLUDED.deliver_at, attempts = 0, last_error = NULL,
+        updated_at = now()
+  RETURNING x.txn, x.message_id, x.deliver_at, (x.xmax = 0) INTO v_txn, v_id, v_at, v_inserted;
+  RETURN jsonb_build_object('ok', true, 'status', CASE WHEN v_inserted THEN 'scheduled' ELSE 'rescheduled' END,
+           'queue', p_queue, 'timerKey', p_key, 'txn', v_txn, 'messageId', v_id,
+           'deliverAt', queen.iso(v_at));
+END $$;
+
+-- One timers call (or a transaction's rider): result elements in op order.
+CREATE OR REPLACE FUNCTION queen.timer_apply(
+  p_ops text[], p_queues text[], p_keys text[], p_partitions text[], p_payloads text[],
+  p_delays bigint[], p_txns text[])
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+  i integer;
+  v_results jsonb[] := array_fill(NULL::jsonb, ARRAY[coalesce(array_length(p_ops, 1), 0)]);
+BEGIN
+  FOR i IN SELECT n FROM generate_subscripts(p_ops, 1) n ORDER BY p_queues[n], p_keys[n] COLLATE "C", n LOOP
+    IF p_ops[i] = 'cancel' THEN
+      v_results[i] := queen.timer_cancel(p_queues[i], p_keys[i], p_txns[i]);
+    ELSE
+      v_results[i] := queen.timer_schedule(p_queues[i], p_keys[i], p_partitions[i], p_payloads[i],
+                                           p_delays[i], p_txns[i]);
+    END IF;
+  END LOOP;
+  RETURN coalesce(to_jsonb(v_results), '[]'::jsonb);
+END $$;
+
+CREATE OR REPLACE FUNCTION queen.timer_peek(p_queue text, p_key text) RETURNS text
+LANGUAGE sql STABLE AS $$
+  -- The payload keeps its exact text (json, not jsonb).
+  SELECT coalesce(
+    (SELECT '{"found":true,"encrypted":false,"payload":' || t.payload::text || ','
+            || substr(queen.timer_json(t)::text, 2)
+       FROM queen.timers t WHERE t.queue_name = p_queue AND t.timer_key = p_key),
+    '{"found":false}')
+$$;
+
+-- A keyset page of one queue's pending timers, in key byte order.
+CREATE OR REPLACE FUNCTION queen.timer_list(p_queue text, p_after text, p_limit integer) RETURNS text
+LANGUAGE sql STABLE AS $$
+  WITH page AS (
+    SELECT t, row_number() OVER (ORDER BY t.timer_key) AS n
+      FROM queen.timers t
+     WHERE t.queue_name = p_queue AND (p_after IS NULL OR t.timer_key > p_after COLLATE "C")
+     ORDER BY t.timer_key
+     LIMIT p_limit + 1
+  )
+  SELECT jsonb_build_object(
+           'rows', coalesce(jsonb_agg(queen.timer_json(p.t) ORDER BY p.n) FILTER (WHERE p.n <= p_limit), '[]'),
+           'truncated', count(*) > p_limit,
+           'nextAfter', CASE WHEN count(*) > p_limit
+                             THEN max((p.t).timer_key) FILTER (WHERE p.n <= p_limit) END)::text
+    FROM page p
+$$;
+
+-- Fires up to p_limit due timers: each becomes one message (with its
+-- promised id and its txn as transactionId) in the transaction that
+-- deletes its row. A timer whose queue refuses the push (maxSize) stays,
+-- with a back-off. Answers the fire lag of each fired timer.
+CREATE OR REPLACE FUNCTION queen.timers_fire(p_limit integer,
+  OUT fired integer, OUT queued text[], OUT lag_ms double precision[])
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_queues text[];
+  v_parts text[];
+  v_txns text[];
+  v_payloads text[];
+  v_ids uuid[];
+  v_keys text[];
+  v_due timestamptz[];
+  v_result json;
+BEGIN
+  SELECT array_agg(d.queue_name ORDER BY d.deliver_at, d.queue_name, d.timer_key),
+         array_agg(d.partition_name ORDER BY d.deliver_at, d.queue_name, d.timer_key),
+         array_agg(d.txn ORDER BY d.deliver_at, d.queue_name, d.timer_key),
+         array_agg(d.payload::text ORDER BY d.deliver_at, d.queue_name, d.timer_key),
+         array_agg(d.message_id ORDER BY d.deliver_at, d.queue_name, d.timer_key),
+         array_agg(d.timer_key ORDER BY d.deliver_at, d.queue_name, d.timer_key),
+         array_agg(d.deliver_at ORDER BY d.deliver_at, d.queue_name, d.timer_key)
+    INTO v_queues, v_parts, v_txns, v_payloads, v_ids, v_keys, v_due
+    FROM (SELECT * FROM queen.timers t WHERE t.deliver_at <= statement_timestamp()
+           ORDER BY t.deliver_at LIMIT p_limit FOR UPDATE SKIP LOCKED) d;
+  fired := 0;
+  IF v_queues IS NULL THEN
+    RETURN;
+  END IF;
+  SELECT x.result, x.queued INTO v_result, queued
+    FROM queen.push_rows(v_queues, v_parts, v_txns, array_fill(NULL::text, ARRAY[cardinality(v_queues)]),
+                         v_payloads, NULL, v_ids) x;
+  WITH outcome AS (
+    SELECT r.n, r.x ->> 'status' AS status, r.x ->> 'error' AS error
+      FROM json_array_elements(v_result) WITH ORDINALITY r(x, n)
+  ),
+  gone AS (
+    DELETE FROM queen.timers t
+     USING outcome o
+     WHERE o.status IN ('queued', 'duplicate')
+       AND t.queue_name = v_queues[o.n] AND t.timer_key = v_keys[o.n]
+    RETURNING o.n
+  ),
+  kept AS (
+    UPDATE queen.timers t
+       SET attempts = t.attempts + 1, last_error = o.error,
+           deliver_at = statement_timestamp() + make_interval(secs => least(power(2, least(t.attempts, 6)), 60)),
+           updated_at = now()
+      FROM outcome o
+     WHERE o.status NOT IN ('queued', 'duplicate')
+       AND t.queue_name = v_queues[o.n] AND t.timer_key = v_keys[o.n]
+    RETURNING o.n
+  )
+  SELECT count(*),
+         array_agg(extract(epoch FROM (clock_timestamp() - v_due[g.n])) * 1000)
+    INTO fired, lag_ms
+    FROM gone g;
+END $$;

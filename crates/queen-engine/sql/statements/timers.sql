@@ -1,0 +1,4 @@
+-- One timers call (timers.rs, TimerColumns): ops, queues, keys, partitions,
+-- payloads (JSON text), delays in ms, txns.
+SELECT jsonb_build_object('results',
+  queen.timer_apply($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[]))::text

@@ -1,0 +1,256 @@
+//! Timers: schedule and reschedule as one upsert, cancel against a fire,
+//! peek and list, the fire (exactly once, with the promised message id and
+//! the op's txn), the transaction rider, and bad input that writes nothing.
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::TestBroker;
+use queen_engine::TimerOp;
+use serde_json::{json, Value};
+
+fn b64(v: &Value) -> String {
+    base64::engine::general_purpose::STANDARD.encode(v.to_string())
+}
+
+fn schedule(queue: &str, key: &str, payload: Value, delay_ms: i64) -> Value {
+    json!({"op": "schedule", "queue": queue, "timerKey": key, "payload": b64(&payload), "delayMs": delay_ms,
+           "txn": format!("txn-{key}")})
+}
+
+async fn call(b: &TestBroker, ops: Value) -> Vec<Value> {
+    let (status, body) = b.post("/api/v1/timers", &json!({ "operations": ops })).await;
+    assert_eq!(status, 200, "{body}");
+    body["results"].as_array().expect("results").clone()
+}
+
+async fn timer_rows(b: &TestBroker) -> i64 {
+    b.sql().await.query_one("SELECT count(*) FROM queen.timers", &[]).await.expect("count").get(0)
+}
+
+/// Pops one partition until `n` messages came back or `within` passed.
+async fn pop_until(b: &TestBroker, queue: &str, n: usize, within: Duration) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut got = Vec::new();
+    while got.len() < n && tokio::time::Instant::now() < deadline {
+        let (status, body) = b.pop(queue, "batch=1000&autoAck=true").await;
+        if status == 200 {
+            got.extend(body["messages"].as_array().expect("messages").iter().cloned());
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    got
+}
+
+#[tokio::test]
+async fn schedule_reschedule_peek_list_and_cancel() {
+    let b = TestBroker::start().await;
+    let r = call(&b, json!([schedule("orders", "o1", json!({"id": 1}), 60_000)])).await;
+    assert_eq!((r[0]["ok"].clone(), r[0]["status"].clone()), (json!(true), json!("scheduled")), "{}", r[0]);
+    assert_eq!(
+        (r[0]["queue"].clone(), r[0]["timerKey"].clone(), r[0]["txn"].clone()),
+        (json!("orders"), json!("o1"), json!("txn-o1"))
+    );
+    assert!(r[0]["messageId"].as_str().is_some_and(|m| m.len() == 36));
+    let at1 = r[0]["deliverAt"].as_str().expect("deliverAt").to_owned();
+    assert_eq!(at1.len(), 27, "fixed width: {at1}");
+
+    // The same key again is the same upsert: rescheduled, later, same id for the same txn.
+    let again = call(&b, json!([schedule("orders", "o1", json!({"id": 2}), 120_000)])).await;
+    assert_eq!(again[0]["status"], json!("rescheduled"));
+    assert_eq!(again[0]["messageId"], r[0]["messageId"]);
+    assert!(
+        again[0]["deliverAt"].as_str().expect("deliverAt") > at1.as_str(),
+        "strings compare in time order"
+    );
+
+    let (status, peek) = b.get("/api/v1/timers/orders/o1").await;
+    assert_eq!(status, 200);
+    assert_eq!(peek["found"], json!(true));
+    assert_eq!(peek["payload"], json!({"id": 2}));
+    assert_eq!(peek["txn"], json!("txn-o1"));
+    let (_, miss) = b.get("/api/v1/timers/orders/none").await;
+    assert_eq!(miss, json!({"found": false}));
+
+    // Keys with slashes travel in the path.
+    let ops: Vec<Value> =
+        ["a/1", "a/2", "b", "c", "d"].iter().map(|k| schedule("paged", k, json!(k), 60_000)).collect();
+    call(&b, json!(ops)).await;
+    let (_, page) = b.get("/api/v1/timers/paged?limit=2").await;
+    assert_eq!(page["truncated"], json!(true), "{page}");
+    assert_eq!(page["rows"].as_array().map(Vec::len), Some(2));
+    assert_eq!(page["nextAfter"], json!("a/2"));
+    let (_, rest) = b.get("/api/v1/timers/paged?limit=10&after=a%2F2").await;
+    let keys: Vec<&str> =
+        rest["rows"].as_array().expect("rows").iter().filter_map(|r| r["timerKey"].as_str()).collect();
+    assert_eq!(keys, vec!["b", "c", "d"]);
+    assert_eq!(rest["truncated"], json!(false));
+    let (_, peek) = b.get("/api/v1/timers/paged/a/1").await;
+    assert_eq!(peek["payload"], json!("a/1"));
+
+    let (status, cancelled) = b.delete("/api/v1/timers/paged/a/1?txn=mine").await;
+    assert_eq!(status, 200);
+    assert_eq!((cancelled["ok"].clone(), cancelled["status"].clone()), (json!(true), json!("cancelled")));
+    let (_, absent) = b.delete("/api/v1/timers/paged/a/1?txn=mine").await;
+    assert_eq!(
+        absent,
+        json!({"ok": false, "status": "absent", "queue": "paged", "timerKey": "a/1", "txn": "mine"})
+    );
+    b.pop_none("orders", "").await;
+}
+
+#[tokio::test]
+async fn a_due_timer_fires_once_with_its_promised_id_and_txn() {
+    let b = TestBroker::start().await;
+    let r = call(&b, json!([schedule("fire", "now", json!({"big": 12345678901234567890u64}), -5_000)])).await;
+    let got = pop_until(&b, "fire", 1, Duration::from_secs(10)).await;
+    assert_eq!(got.len(), 1, "fired within the sweeper's cycle");
+    assert_eq!(got[0]["transactionId"], json!("txn-now"));
+    assert_eq!(got[0]["id"], r[0]["messageId"], "the fired message keeps the promised id");
+    assert_eq!(got[0]["data"], json!({"big": 12345678901234567890u64}), "every digit kept");
+    let (_, peek) = b.get("/api/v1/timers/fire/now").await;
+    assert_eq!(peek["found"], json!(false), "a fired timer is no longer pending");
+    assert!(b.engine.timer_stats().fired >= 1);
+    let (_, gone) = b.delete("/api/v1/timers/fire/now").await;
+    assert_eq!(gone["status"], json!("absent"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_brokers_fire_every_due_timer_exactly_once() {
+    let a = TestBroker::start().await;
+    let b = TestBroker::on(&a.db).await;
+    let ops: Vec<Value> = (0..400).map(|i| schedule("many", &format!("k{i:03}"), json!(i), -1)).collect();
+    call(&a, json!(ops)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while timer_rows(&a).await > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(timer_rows(&a).await, 0, "every timer fired");
+    let sql = a.sql().await;
+    let row = sql
+        .query_one(
+            "SELECT count(*), count(DISTINCT transaction_id) FROM queen.messages m \
+             JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id \
+             WHERE q.name = 'many'",
+            &[],
+        )
+        .await
+        .expect("count");
+    let (n, distinct): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((n, distinct), (400, 400), "one message per timer, none twice");
+    assert_eq!(a.engine.timer_stats().fired + b.engine.timer_stats().fired, 400);
+}
+
+#[tokio::test]
+async fn a_cancel_never_waits_for_a_fire_in_progress() {
+    let b = TestBroker::start().await;
+    call(&b, json!([schedule("busy", "k", json!(1), 600_000)])).await;
+    // A sweeper holding the row, as a fire in progress does.
+    let mut holder = b.sql().await;
+    let tx = holder.transaction().await.expect("begin");
+    tx.execute("SELECT 1 FROM queen.timers WHERE timer_key = 'k' FOR UPDATE", &[]).await.expect("lock");
+    let started = std::time::Instant::now();
+    let (status, body) = b.delete("/api/v1/timers/busy/k").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!((body["ok"].clone(), body["status"].clone()), (json!(false), json!("too_late")));
+    assert!(started.elapsed() < Duration::from_secs(5), "answered without waiting");
+    tx.rollback().await.expect("rollback");
+}
+
+#[tokio::test]
+async fn the_timers_rider_commits_with_the_bundle_and_rolls_back_with_it() {
+    let b = TestBroker::start().await;
+    let bundle = |tag: &str, kv: Value| {
+        json!({
+            "operations": [{"type": "push", "items": [{"queue": "rider", "payload": {"tag": tag}, "transactionId": format!("p-{tag}")}]}],
+            "requiredLeases": [],
+            "kv": kv,
+            "timers": [schedule("rider-timers", tag, json!({"tag": tag}), 600_000), {"op": "cancel", "queue": "rider-timers", "timerKey": "nothing"}],
+        })
+    };
+    let (status, ok) = b
+        .post(
+            "/api/v1/transaction",
+            &bundle("kept", json!([{"op": "put", "ns": "r", "key": "k", "value": 1, "ttlSeconds": 60}])),
+        )
+        .await;
+    assert_eq!(status, 200, "{ok}");
+    assert_eq!(ok["success"], json!(true), "{ok}");
+    let results = ok["results"].as_array().expect("results");
+    assert_eq!(results.len(), 4, "push, kv, then two timer results: {ok}");
+    assert_eq!(results[2]["type"], json!("timer"));
+    assert_eq!(results[2]["index"], json!(2));
+    assert_eq!(results[2]["status"], json!("scheduled"));
+    assert_eq!(results[3]["status"], json!("absent"));
+    let (_, peek) = b.get("/api/v1/timers/rider-timers/kept").await;
+    assert_eq!(peek["found"], json!(true));
+
+    // A lost required precondition rolls the timer back with the push.
+    let lost =
+        json!([{"op": "putIfAbsent", "ns": "r", "key": "k", "value": 2, "ttlSeconds": 60, "required": true}]);
+    let (status, refused) = b.post("/api/v1/transaction", &bundle("dropped", lost)).await;
+    assert_eq!(status, 200, "{refused}");
+    assert_eq!(refused["reason"], json!("kv_precondition"), "{refused}");
+    let (_, peek) = b.get("/api/v1/timers/rider-timers/dropped").await;
+    assert_eq!(peek["found"], json!(false), "the timer rolled back");
+    let popped = b.pop_some("rider", "batch=10").await;
+    assert_eq!(popped["messages"].as_array().map(Vec::len), Some(1), "only the first bundle's push");
+
+    // A timer-only bundle is a bundle.
+    let (status, only) = b
+        .post("/api/v1/transaction", &json!({"operations": [], "requiredLeases": [], "timers": [schedule("rider-timers", "solo", json!(1), 1000)]}))
+        .await;
+    assert_eq!(status, 200, "{only}");
+    assert_eq!(only["results"][0]["status"], json!("scheduled"));
+}
+
+#[tokio::test]
+async fn bad_timer_calls_are_refused_and_write_nothing() {
+    let b = TestBroker::start().await;
+    let ok = schedule("bad", "k", json!(1), 1000);
+    let mut owned = ok.clone();
+    owned["messageId"] = json!("x");
+    let mut far = ok.clone();
+    far["delayMs"] = json!(91_i64 * 24 * 3600 * 1000);
+    let mut not_b64 = ok.clone();
+    not_b64["payload"] = json!("%%%");
+    let cases = [
+        (json!([ok.clone(), schedule("bad", "k", json!(2), 5)]), 400, "timers_bad_request"),
+        (json!([ok.clone(), owned]), 400, "timers_bad_request"),
+        (json!([ok.clone(), far]), 403, "timer_horizon_exceeded"),
+        (json!([ok.clone(), not_b64]), 400, "timers_bad_request"),
+        (json!([ok.clone(), {"op": "later", "queue": "bad", "timerKey": "z"}]), 400, "timers_bad_request"),
+    ];
+    for (ops, status, error) in cases {
+        let (got, body) = b.post("/api/v1/timers", &json!({ "operations": ops })).await;
+        assert_eq!(got, status, "{ops} -> {body}");
+        assert_eq!(body["error"], json!(error), "{body}");
+        assert!(body["reason"].is_string() && body["detail"].is_string(), "{body}");
+    }
+    let big = json!({"op": "schedule", "queue": "bad", "timerKey": "big", "delayMs": 1,
+                     "payload": b64(&json!("x".repeat(1024 * 1024)))});
+    let (got, body) = b.post("/api/v1/timers", &json!({ "operations": [big] })).await;
+    assert_eq!((got, body["error"].clone()), (413, json!("payload_too_large")), "{body}");
+    assert_eq!(timer_rows(&b).await, 0, "nothing written");
+}
+
+#[tokio::test]
+async fn embedded_timer_ops_are_typed_and_checked() {
+    let b = TestBroker::start().await;
+    let op = TimerOp::Schedule {
+        queue: "emb".into(),
+        key: "k".into(),
+        partition: "p".into(),
+        payload: serde_json::value::RawValue::from_string("{\"v\":1}".into()).expect("raw"),
+        delay_ms: -1,
+        txn: "emb-txn".into(),
+        reschedule: false,
+    };
+    let r = b.engine.timer_ops(&[op.clone(), op]).await;
+    assert!(r.is_err(), "the same key twice is refused in embedded calls too");
+    let op = TimerOp::Cancel { queue: "emb".into(), key: "k".into(), txn: None };
+    let r = b.engine.timer_ops(&[op]).await.expect("cancel");
+    assert_eq!(r[0].status, "absent");
+}
