@@ -50,6 +50,37 @@ pub trait Broker: Send + Sync {
 
     /// Runs a KV call (`{"operations": [...]}`); a lost `required` precondition is `Ok` with its body.
     fn kv(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Runs a locks call (`{"operations": [...]}`): one result per op.
+    fn locks(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Runs a timers call (`{"operations": [...]}`): one result per op.
+    fn timers(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Cancels one timer (the route that never waits for a fire).
+    fn timer_cancel(
+        &self,
+        queue: &str,
+        key: &str,
+        txn: Option<&str>,
+    ) -> impl Future<Output = Result<Json>> + Send;
+
+    /// One pending timer, or `{"found": false}`.
+    fn timer_peek(&self, queue: &str, key: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// A keyset page of one queue's pending timers.
+    fn timer_list(
+        &self,
+        queue: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Reads by offset (`{"entries": [...], "maxBytes"?}`).
+    fn fetch(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// The partitions written since a time (`{"entries": [...]}`).
+    fn partitions_changed(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
 }
 
 /// The broker inside this process: the engine's SQL calls, no HTTP.
@@ -130,5 +161,33 @@ impl Broker for EmbeddedBroker {
 
     async fn kv(&self, body: &str) -> Result<Json> {
         refusal_is_answer(self.engine.kv(body).await)
+    }
+
+    async fn locks(&self, body: &str) -> Result<Json> {
+        Ok(self.engine.locks(body).await?)
+    }
+
+    async fn timers(&self, body: &str) -> Result<Json> {
+        Ok(self.engine.timers(body).await?)
+    }
+
+    async fn timer_cancel(&self, queue: &str, key: &str, txn: Option<&str>) -> Result<Json> {
+        Ok(self.engine.timer_cancel(queue, key, txn).await?)
+    }
+
+    async fn timer_peek(&self, queue: &str, key: &str) -> Result<Json> {
+        Ok(self.engine.timer_peek(queue, key).await?)
+    }
+
+    async fn timer_list(&self, queue: &str, after: Option<&str>, limit: Option<u32>) -> Result<Json> {
+        Ok(self.engine.timer_list(queue, after, limit.map(i64::from)).await?)
+    }
+
+    async fn fetch(&self, body: &str) -> Result<Json> {
+        Ok(self.engine.fetch(body).await?)
+    }
+
+    async fn partitions_changed(&self, body: &str) -> Result<Json> {
+        Ok(self.engine.partitions_changed(body).await?)
     }
 }

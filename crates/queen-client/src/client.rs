@@ -77,7 +77,22 @@ impl<B: Broker> Queen<B> {
         Kv::new(self.broker.clone())
     }
 
-    /// A transaction builder: acks, pushes and KV ops in one commit.
+    /// Locks and semaphores.
+    pub fn locks(&self) -> crate::locks::Locks<B> {
+        crate::locks::Locks::new(self.clone())
+    }
+
+    /// Timers (scheduled messages).
+    pub fn timers(&self) -> crate::timers::Timers<B> {
+        crate::timers::Timers::new(self.clone())
+    }
+
+    /// Reads by offset: no lease, no cursor moved.
+    pub fn reads(&self) -> crate::reads::Reads<B> {
+        crate::reads::Reads::new(self.clone())
+    }
+
+    /// A transaction builder: acks, pushes, KV ops and timers in one commit.
     pub fn tx(&self) -> Tx<B> {
         Tx::new(self.clone())
     }

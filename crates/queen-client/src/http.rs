@@ -343,4 +343,44 @@ impl Broker for HttpBroker {
     async fn kv(&self, body: &str) -> Result<Json> {
         self.json(self.call(Method::POST, &["api", "v1", "kv"], Some(body.to_owned()))).await
     }
+
+    async fn locks(&self, body: &str) -> Result<Json> {
+        self.json(self.call(Method::POST, &["api", "v1", "locks"], Some(body.to_owned()))).await
+    }
+
+    async fn timers(&self, body: &str) -> Result<Json> {
+        self.json(self.call(Method::POST, &["api", "v1", "timers"], Some(body.to_owned()))).await
+    }
+
+    async fn timer_cancel(&self, queue: &str, key: &str, txn: Option<&str>) -> Result<Json> {
+        let path = ["api", "v1", "timers", queue, key];
+        let query = txn.map(|t| vec![("txn", t.to_owned())]).unwrap_or_default();
+        self.json(Call { method: Method::DELETE, path: &path, query, body: None, timeout: self.timeout })
+            .await
+    }
+
+    async fn timer_peek(&self, queue: &str, key: &str) -> Result<Json> {
+        self.json(self.call(Method::GET, &["api", "v1", "timers", queue, key], None)).await
+    }
+
+    async fn timer_list(&self, queue: &str, after: Option<&str>, limit: Option<u32>) -> Result<Json> {
+        let path = ["api", "v1", "timers", queue];
+        let mut query = Vec::new();
+        if let Some(a) = after {
+            query.push(("after", a.to_owned()));
+        }
+        if let Some(l) = limit {
+            query.push(("limit", l.to_string()));
+        }
+        self.json(Call { method: Method::GET, path: &path, query, body: None, timeout: self.timeout }).await
+    }
+
+    async fn fetch(&self, body: &str) -> Result<Json> {
+        self.json(self.call(Method::POST, &["api", "v1", "fetch"], Some(body.to_owned()))).await
+    }
+
+    async fn partitions_changed(&self, body: &str) -> Result<Json> {
+        self.json(self.call(Method::POST, &["api", "v1", "partitions", "changed"], Some(body.to_owned())))
+            .await
+    }
 }

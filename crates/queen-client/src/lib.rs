@@ -45,8 +45,11 @@ mod consume;
 mod error;
 mod http;
 mod kv;
+mod locks;
 mod message;
+mod reads;
 mod state;
+mod timers;
 mod tx;
 
 pub use broker::{Broker, EmbeddedBroker};
@@ -58,11 +61,14 @@ pub use http::{HttpBroker, HttpConfig, RetryPolicy};
 pub use kv::{
     parse_i64, Counter, Entry, Expect, Expiry, Incr, Kv, KvResult, Many, Page, Pages, Reason, Write,
 };
+pub use locks::{LockHolder, LockOp, LockResult, Locks, Permit, LOCKS_NAMESPACE};
 pub use message::{
     state_key, Ack, AckResult, AckStatus, DeadLetter, DlqPage, LeaseRenewal, Message, PushItem, PushResult,
     PushStatus, QUEUE_MODE,
 };
+pub use reads::{ChangedPage, ChangedPartition, FetchEntry, Fetched, FetchedRecord, Reads};
 pub use state::State;
+pub use timers::{Delay, PendingTimer, TimerPage, TimerResult, TimerSpec, Timers};
 pub use tx::{Tx, TxKv, TxOutcome, TxQueue, TxResult};
 
 /// Engine types the [`Broker`] trait speaks.

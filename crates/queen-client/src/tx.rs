@@ -4,6 +4,8 @@
 //! The KV handle of a transaction ([`TxKv`]) has no `get_prefix`: unbounded
 //! read work under the transaction's locks is not expressible.
 
+use std::num::NonZeroU64;
+
 use queen_engine::KvOp;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -12,7 +14,9 @@ use crate::broker::Broker;
 use crate::client::Queen;
 use crate::error::{Error, Result};
 use crate::kv::{ops, some_raw, Expect, Expiry, Incr, KvResult, RawResult, Reason};
+use crate::locks::{Permit, LOCKS_NAMESPACE};
 use crate::message::{AckStatus, Message, PushItem};
+use crate::timers::{TimerResult, TimerSpec};
 
 /// What a commit came to. A lost race is a value here, never an `Err`.
 #[derive(Debug, Clone)]
@@ -76,6 +80,13 @@ pub enum TxResult {
         /// The op's result.
         result: KvResult,
     },
+    /// A timer op of the `timers` rider.
+    Timer {
+        /// Flat index (after every KV op).
+        index: usize,
+        /// The op's result.
+        result: TimerResult,
+    },
 }
 
 #[derive(Serialize)]
@@ -105,6 +116,8 @@ struct Body<'a> {
     required_leases: &'a [String],
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     kv: &'a [Box<RawValue>],
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    timers: &'a [serde_json::Value],
 }
 
 #[derive(Deserialize)]
@@ -153,6 +166,7 @@ pub struct Tx<B> {
     ops: Vec<Box<RawValue>>,
     leases: Vec<String>,
     kv: Vec<KvOp>,
+    timers: Vec<serde_json::Value>,
     slots: usize,
     error: Option<Error>,
 }
@@ -163,7 +177,15 @@ fn raw_json<T: Serialize>(value: &T) -> Result<Box<RawValue>> {
 
 impl<B: Broker> Tx<B> {
     pub(crate) fn new(queen: Queen<B>) -> Self {
-        Tx { queen, ops: Vec::new(), leases: Vec::new(), kv: Vec::new(), slots: 0, error: None }
+        Tx {
+            queen,
+            ops: Vec::new(),
+            leases: Vec::new(),
+            kv: Vec::new(),
+            timers: Vec::new(),
+            slots: 0,
+            error: None,
+        }
     }
 
     fn keep(&mut self, r: Result<()>) {
@@ -238,6 +260,29 @@ impl<B: Broker> Tx<B> {
         TxKv { tx: self, required: false }
     }
 
+    /// Fences the bundle with a held permit: if the permit's token is no
+    /// longer current (it lapsed and passed on), nothing in the bundle
+    /// commits and the answer is [`TxOutcome::PreconditionLost`].
+    pub fn guard(mut self, permit: &Permit) -> Self {
+        match u64::try_from(permit.token).ok().and_then(NonZeroU64::new) {
+            Some(v) => self.kv.push(ops::check(LOCKS_NAMESPACE, &permit.key(), Expect::Version(v), true)),
+            None => self.keep(Err(Error::Invalid("a permit's token is above 0".into()))),
+        }
+        self
+    }
+
+    /// Schedules (or reschedules) a timer in this bundle.
+    pub fn schedule_timer(mut self, spec: &TimerSpec) -> Self {
+        self.timers.push(spec.wire());
+        self
+    }
+
+    /// Cancels a timer in this bundle (`absent` and `too_late` are verdicts, not errors).
+    pub fn cancel_timer(mut self, queue: &str, key: &str) -> Self {
+        self.timers.push(serde_json::json!({"op": "cancel", "queue": queue, "timerKey": key}));
+        self
+    }
+
     /// Sends the bundle.
     ///
     /// `Ok(Committed)` or `Ok(PreconditionLost)`; a bundle the broker rolled
@@ -247,7 +292,7 @@ impl<B: Broker> Tx<B> {
         if let Some(e) = self.error {
             return Err(e);
         }
-        if self.ops.is_empty() && self.kv.is_empty() {
+        if self.ops.is_empty() && self.kv.is_empty() && self.timers.is_empty() {
             return Err(Error::Invalid("Transaction has no operations to commit".into()));
         }
         let kv: Vec<Box<RawValue>> = self
@@ -255,7 +300,8 @@ impl<B: Broker> Tx<B> {
             .iter()
             .map(|op| RawValue::from_string(op.to_wire()).map_err(|e| Error::decode("kv op", e)))
             .collect::<Result<_>>()?;
-        let body = Body { operations: &self.ops, required_leases: &self.leases, kv: &kv };
+        let body =
+            Body { operations: &self.ops, required_leases: &self.leases, kv: &kv, timers: &self.timers };
         let body = serde_json::to_string(&body).map_err(|e| Error::decode("transaction body", e))?;
         let json = self.queen.broker().transaction(&body).await?;
         let answer: Answer = json.decode().map_err(|e| Error::decode("transaction answer", e))?;
@@ -291,6 +337,18 @@ impl<B: Broker> Tx<B> {
                     transaction_id: slot.transaction_id,
                     dlq: slot.dlq.unwrap_or(false),
                 },
+                "timer" => {
+                    #[derive(Deserialize)]
+                    struct TimerSlot {
+                        #[serde(default)]
+                        index: usize,
+                        #[serde(flatten)]
+                        result: TimerResult,
+                    }
+                    let t: TimerSlot = serde_json::from_str(raw.get())
+                        .map_err(|e| Error::decode("transaction timer result", e))?;
+                    TxResult::Timer { index: t.index, result: t.result }
+                }
                 _ => {
                     let r: RawResult = serde_json::from_str(raw.get())
                         .map_err(|e| Error::decode("transaction kv result", e))?;

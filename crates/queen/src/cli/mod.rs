@@ -1,5 +1,6 @@
-//! The client subcommands of `queen`: `push`, `pop`, `ack`, `kv`, `queues`,
-//! `dlq` and `status`, over queen-client's [`HttpBroker`].
+//! The client subcommands of `queen`: `push`, `pop`, `ack`, `kv`, `lock`,
+//! `timer`, `read`, `queues`, `dlq` and `status`, over queen-client's
+//! [`HttpBroker`].
 //!
 //! Output: aligned tables for people by default; with `--json` the broker's
 //! JSON as it came, byte for byte (numbers keep every digit). A command that
@@ -16,8 +17,11 @@
 
 mod admin;
 mod kv;
+mod lock;
 mod queue;
+mod read;
 mod table;
+mod timer;
 
 use std::io::Write as _;
 use std::time::Duration;
@@ -28,12 +32,13 @@ use serde_json::value::RawValue;
 
 /// The `after_help` of `queen --help`.
 pub(crate) const EXIT_CODES: &str = "\
-Exit codes of the client commands (push, pop, ack, kv, queues, dlq, status):
+Exit codes of the client commands (push, pop, ack, kv, lock, timer, read, queues, dlq, status):
   0  done (an empty pop and an absent key are answers, not failures)
   1  the broker or the network failed: unreachable, timed out, or an error status
   2  bad usage or bad input: a missing or conflicting flag, a payload that is not JSON
   3  the broker said no: a KV write that did not apply (exists, absent, version,
-     limit, type), an ack it did not honour, a pushed item that failed";
+     limit, type), an ack it did not honour, a pushed item that failed, a lock
+     held by another, a timer not pending, an offset out of range";
 
 /// Connection and output settings of the client commands.
 #[derive(Args, Debug, Clone)]
@@ -74,6 +79,14 @@ pub(crate) enum ClientCommand {
     /// Read and write KV state.
     #[command(subcommand)]
     Kv(kv::KvCommand),
+    /// Locks and semaphores: acquire, renew, release, get.
+    #[command(subcommand)]
+    Lock(lock::LockCommand),
+    /// Timers (scheduled messages): schedule, cancel, peek, list.
+    #[command(subcommand)]
+    Timer(timer::TimerCommand),
+    /// Read a partition by offset (no lease taken, no cursor moved).
+    Read(read::ReadArgs),
     /// List the queues with their message counts.
     Queues,
     /// List the dead letters of a queue.
@@ -225,6 +238,9 @@ fn execute(command: ClientCommand, args: ClientArgs) -> Outcome {
             ClientCommand::Pop(a) => queue::pop(&ctx, a).await,
             ClientCommand::Ack(a) => queue::ack(&ctx, a).await,
             ClientCommand::Kv(c) => kv::run(&ctx, c).await,
+            ClientCommand::Lock(c) => lock::run(&ctx, c).await,
+            ClientCommand::Timer(c) => timer::run(&ctx, c).await,
+            ClientCommand::Read(a) => read::run(&ctx, a).await,
             ClientCommand::Queues => admin::queues(&ctx).await,
             ClientCommand::Dlq(a) => queue::dlq(&ctx, a).await,
             ClientCommand::Status => admin::status(&ctx).await,
