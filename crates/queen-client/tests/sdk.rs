@@ -13,8 +13,9 @@ use std::time::Duration;
 
 use futures_util::TryStreamExt;
 use queen_client::{
-    Ack, AckStatus, Broker, BufferOptions, Error, Expect, Expiry, Incr, Message, PushItem, PushStatus, Queen,
-    QueueOptions, Reason, StopSignal, Subscription, TxOutcome, TxResult, QUEUE_MODE,
+    Ack, AckStatus, Broker, BufferOptions, Delay, Error, Expect, Expiry, FetchEntry, Incr, Message, Permit,
+    PushItem, PushStatus, Queen, QueueOptions, Reason, StopSignal, Subscription, TimerSpec, TxOutcome,
+    TxResult, QUEUE_MODE,
 };
 use serde_json::{json, value::RawValue, Value};
 
@@ -587,6 +588,88 @@ async fn lease_extension_answers<B: Broker>(queen: Queen<B>) {
     assert!(!gone.success && gone.new_expires_at.is_none());
 }
 
+async fn locks_fence_a_bundle_with_their_permit<B: Broker>(queen: Queen<B>) {
+    let locks = queen.locks();
+    let first = locks.acquire("leader", 1, Some("a"), 1).await.unwrap();
+    let zombie = Permit::of(&first).expect("granted");
+    let refused = locks.acquire("leader", 30, Some("b"), 1).await.unwrap();
+    assert_eq!((refused.acquired, refused.reason.as_deref()), (Some(false), Some("held")));
+    assert_eq!(refused.holders.unwrap()[0].owner, "a");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let live =
+        Permit::of(&locks.acquire("leader", 30, Some("b"), 1).await.unwrap()).expect("granted after expiry");
+    assert!(live.token > zombie.token, "fencing tokens rise");
+
+    // The zombie's bundle is fenced out whole; the live holder's commits.
+    let lost = queen.tx().guard(&zombie).queue("fenced").push(&json!({"by": "a"})).commit().await.unwrap();
+    assert!(matches!(lost, TxOutcome::PreconditionLost { failed_index: 1, .. }), "{lost:?}");
+    let ok = queen.tx().guard(&live).queue("fenced").push(&json!({"by": "b"})).commit().await.unwrap();
+    assert!(ok.is_committed());
+    let msgs = queen.queue("fenced").pop().batch(10).fetch().await.unwrap();
+    assert_eq!(msgs.len(), 1);
+    assert_eq!(msgs[0].json::<Value>().unwrap(), json!({"by": "b"}));
+
+    let renewed = Permit::of(&locks.renew(&live, 30).await.unwrap()).expect("renewed");
+    assert!(renewed.token > live.token);
+    assert_eq!(locks.release(&live).await.unwrap().released, Some(false), "the old token no longer releases");
+    assert_eq!(locks.release(&renewed).await.unwrap().released, Some(true));
+    assert_eq!(locks.get("leader").await.unwrap().held, Some(false));
+}
+
+async fn timers_schedule_fire_and_ride_a_bundle<B: Broker>(queen: Queen<B>) {
+    let timers = queen.timers();
+    let later =
+        TimerSpec::new("remind", "later", &json!({"n": 1}), Duration::from_secs(600)).unwrap().txn("t-later");
+    let r = timers.schedule(later.clone()).await.unwrap();
+    assert_eq!((r.ok, r.status.as_str()), (true, "scheduled"));
+    assert_eq!(timers.schedule(later).await.unwrap().status, "rescheduled");
+    let pending = timers.peek("remind", "later").await.unwrap().expect("pending");
+    assert_eq!(pending.txn, "t-later");
+    assert_eq!(pending.payload.unwrap().get(), r#"{"n":1}"#);
+    let page = timers.list("remind", None, Some(10)).await.unwrap();
+    assert_eq!(page.rows.len(), 1);
+    assert!(!page.truncated);
+    assert_eq!(timers.cancel("remind", "later").await.unwrap().status, "cancelled");
+    assert_eq!(timers.cancel("remind", "later").await.unwrap().status, "absent");
+    assert!(timers.peek("remind", "later").await.unwrap().is_none());
+
+    // In a bundle: scheduled with the push, and due now, so it fires.
+    let now = TimerSpec::new("remind", "now", &json!({"n": 2}), Delay(-1)).unwrap().txn("t-now");
+    let out =
+        queen.tx().queue("remind-log").push(&json!("pushed")).schedule_timer(&now).commit().await.unwrap();
+    let TxOutcome::Committed { results, .. } = out else { panic!("committed: {out:?}") };
+    let promised = match &results[1] {
+        TxResult::Timer { index: 1, result } => result.message_id.clone().expect("messageId"),
+        other => panic!("a timer result: {other:?}"),
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let fired = loop {
+        let got = queen.queue("remind").pop().fetch().await.unwrap();
+        if let Some(m) = got.into_iter().next() {
+            break m;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the timer fired");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(fired.transaction_id, "t-now");
+    assert_eq!(fired.id, promised);
+}
+
+async fn reads_by_offset_take_no_lease<B: Broker>(queen: Queen<B>) {
+    let q = queen.queue("log");
+    q.push_batch(&items("r", 3)).await.unwrap();
+    let entry = FetchEntry { queue: "log".into(), partition: "Default".into(), offset: 1, max_bytes: None };
+    let got = queen.reads().fetch(&[entry], None).await.unwrap();
+    assert_eq!((got[0].high_watermark, got[0].log_start_offset), (3, 0));
+    assert_eq!(got[0].records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(got[0].records[0].transaction_id, "r-1");
+    let page = queen.reads().changed("log", None, None, None).await.unwrap();
+    assert_eq!(page.partitions.len(), 1);
+    assert_eq!(page.partitions[0].last_offset, 2);
+    assert_eq!(page.safe_time.len(), 27);
+    assert_eq!(q.pop().batch(10).fetch().await.unwrap().len(), 3, "no cursor moved");
+}
+
 both!(
     push_pop_ack_in_order,
     nack_redelivers_then_dead_letters,
@@ -605,6 +688,9 @@ both!(
     buffered_push_flushes_on_size_and_on_time,
     payload_numbers_keep_every_digit,
     lease_extension_answers,
+    locks_fence_a_bundle_with_their_permit,
+    timers_schedule_fire_and_ride_a_bundle,
+    reads_by_offset_take_no_lease,
 );
 
 #[test]
