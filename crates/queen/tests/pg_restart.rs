@@ -549,3 +549,40 @@ async fn one_long_poll_request_waiting_across_the_outage_answers_the_message_pus
     let body: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(body["messages"][0]["transactionId"], "after-recovery");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timers_due_across_a_postgres_restart_fire_exactly_once() {
+    use base64::Engine as _;
+    let (pg, broker) = cluster_and_broker().await;
+    let api = Api {
+        base: broker.api.base.clone(),
+        http: reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap(),
+    };
+    // Due before, during and after the outage.
+    let ops: Vec<Value> = (0..300)
+        .map(|i| {
+            let payload = base64::engine::general_purpose::STANDARD.encode(json!({"i": i}).to_string());
+            json!({"op": "schedule", "queue": "restart-timers", "timerKey": format!("k{i}"), "payload": payload,
+                   "delayMs": (i % 30) * 150, "txn": format!("t{i}")})
+        })
+        .collect();
+    let (status, body) = api.post("/api/v1/timers", &json!({ "operations": ops })).await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    pg.pg_ctl_stop("immediate");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    pg.pg_ctl_start();
+    let sql = pg.sql("queen").await;
+    common::eventually(Duration::from_secs(30), "every timer to fire after the restart", || async {
+        let pending: i64 = sql.query_one("SELECT count(*) FROM queen.timers", &[]).await.ok()?.get(0);
+        (pending == 0).then_some(())
+    })
+    .await;
+    let rows = sql
+        .query("SELECT transaction_id, count(*) FROM queen.messages GROUP BY 1", &[])
+        .await
+        .expect("messages");
+    let fired: HashMap<String, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    assert_eq!(fired.len(), 300, "every timer fired");
+    assert!(fired.values().all(|n| *n == 1), "none twice: {fired:?}");
+}
