@@ -31,6 +31,9 @@ def pytest_configure(config):
         ("kv", "standalone KV (client.kv)"),
         ("tx_kv", "KV riders inside transactions"),
         ("admin", "operator surface: resources, messages, DLQ, groups, status, maintenance"),
+        ("locks", "locks and semaphores (client.locks, client.lock, the guard)"),
+        ("reads", "reads by offset (fetch, partitions/changed)"),
+        ("timers", "timers (client.timers, the transaction rider)"),
     ):
         config.addinivalue_line("markers", f"{name}: {doc}")
 
