@@ -99,6 +99,10 @@ pub struct BenchArgs {
     /// Soak: scrape /metrics/prometheus every this many seconds, as a Prometheus would (0: never).
     #[arg(long, default_value_t = 0)]
     soak_scrape_seconds: u64,
+    /// After the sweep, schedule this many timers due at one instant and report the fire lag
+    /// (p50, p99, max from due time to the fired message's commit); 0 skips it.
+    #[arg(long, default_value_t = 10_000)]
+    timers: usize,
 }
 
 /// One scaling series: the workloads in size order and what the size is.
@@ -689,9 +693,85 @@ async fn run_all(
         });
     }
     bar.finish_and_clear();
+    let fire =
+        if args.timers > 0 { Some(timer_fire_lag(&run.base, &run.db, args.timers).await?) } else { None };
     drop(run);
     drop(broker);
     let dir = report.write()?;
+    if let Some(fire) = fire {
+        std::fs::write(dir.join("timers.json"), serde_json::to_string_pretty(&fire)?)?;
+    }
     println!("\nresults: {}", dir.display());
     Ok(())
+}
+
+/// Schedules `n` timers due at one instant (2 s ahead) and measures how late
+/// each fired: from its due time to the commit time of its message (the
+/// message's `created_at` is the fire transaction's start; the commit
+/// follows within that transaction). Prints one row; answers it as JSON.
+async fn timer_fire_lag(
+    base: &str,
+    db: &tokio_postgres::Client,
+    n: usize,
+) -> anyhow::Result<serde_json::Value> {
+    use base64::Engine as _;
+    let http = reqwest::Client::new();
+    let payload = base64::engine::general_purpose::STANDARD.encode("{\"bench\":true}");
+    let due_in = Duration::from_secs(2);
+    let start = Instant::now();
+    let mut txns = Vec::with_capacity(n);
+    let mut dues = Vec::with_capacity(n);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        // One instant for all: each call aims at the same wall-clock moment.
+        let delay = due_in.saturating_sub(start.elapsed()).as_millis() as i64;
+        let ops: Vec<serde_json::Value> = chunk
+            .iter()
+            .map(|i| {
+                serde_json::json!({"op": "schedule", "queue": "bench-timers", "timerKey": format!("t{i}"),
+                    "payload": payload, "delayMs": delay, "txn": format!("bench-timer-{i}")})
+            })
+            .collect();
+        let answer: serde_json::Value = http
+            .post(format!("{base}/api/v1/timers"))
+            .json(&serde_json::json!({ "operations": ops }))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        for r in answer["results"].as_array().context("timers answer")? {
+            txns.push(r["txn"].as_str().context("txn")?.to_owned());
+            dues.push(r["deliverAt"].as_str().context("deliverAt")?.to_owned());
+        }
+    }
+    let scheduled_in = start.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let pending: i64 = db.query_one("SELECT count(*) FROM queen.timers", &[]).await?.get(0);
+        if pending == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("{pending} timers still pending after 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let row = db
+        .query_one(
+            "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag),
+                    max(lag), count(*)
+               FROM (SELECT extract(epoch FROM m.created_at - d.due::timestamptz) * 1000 AS lag
+                       FROM unnest($1::text[], $2::text[]) d(txn, due)
+                       JOIN queen.messages m ON m.transaction_id = d.txn) x",
+            &[&txns, &dues],
+        )
+        .await?;
+    let (p50, p99, max, fired): (f64, f64, f64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    println!(
+        "\ntimer fire lag: {n} timers due at one instant (scheduled in {:.2} s): fired {fired}, \
+         lag p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms",
+        scheduled_in.as_secs_f64()
+    );
+    Ok(serde_json::json!({"timers": n, "fired": fired, "lag_ms": {"p50": p50, "p99": p99, "max": max},
+                          "scheduled_seconds": scheduled_in.as_secs_f64()}))
 }
