@@ -760,13 +760,14 @@ async fn timer_fire_lag(
         .query_one(
             "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY lag), percentile_cont(0.99) WITHIN GROUP (ORDER BY lag),
                     max(lag), count(*)
-               FROM (SELECT extract(epoch FROM m.created_at - d.due::timestamptz) * 1000 AS lag
+               FROM (SELECT (extract(epoch FROM m.created_at - d.due::timestamptz) * 1000)::float8 AS lag
                        FROM unnest($1::text[], $2::text[]) d(txn, due)
                        JOIN queen.messages m ON m.transaction_id = d.txn) x",
             &[&txns, &dues],
         )
         .await?;
-    let (p50, p99, max, fired): (f64, f64, f64, i64) = (row.get(0), row.get(1), row.get(2), row.get(3));
+    let (p50, p99, max, fired): (f64, f64, f64, i64) =
+        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
     println!(
         "\ntimer fire lag: {n} timers due at one instant (scheduled in {:.2} s): fired {fired}, \
          lag p50 {p50:.0} ms, p99 {p99:.0} ms, max {max:.0} ms",
