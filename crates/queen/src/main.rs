@@ -335,3 +335,15 @@ async fn shutdown_signal() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every flag of every subcommand is distinct from the global ones
+    /// (`lock renew --token` once collided with the bearer `--token`).
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -329,3 +329,86 @@ async fn help_documents_the_exit_codes() {
         assert!(run.stdout.contains(line), "{line}: {}", run.stdout);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_acquire_get_renew_release_and_a_held_lock_exits_3() {
+    let b = TestBroker::start().await;
+    let got = queen(&b.base, &["--json", "lock", "acquire", "nightly", "--ttl", "30", "--owner", "a"])
+        .await
+        .ok()
+        .json();
+    assert_eq!(got["acquired"], true);
+    let token = got["token"].as_i64().unwrap().to_string();
+    let held = queen(&b.base, &["lock", "acquire", "nightly", "--ttl", "30", "--owner", "b"]).await;
+    assert_eq!(held.code, 3, "{held:?}");
+    assert!(held.stdout.contains("OWNER") && held.stdout.contains(" a "), "the holders table: {held:?}");
+    assert!(held.stderr.contains("held"), "{held:?}");
+    let who = queen(&b.base, &["lock", "get", "nightly"]).await.ok();
+    assert!(who.stdout.contains(&token), "{who:?}");
+    let renewed = queen(
+        &b.base,
+        &["--json", "lock", "renew", "nightly", "--permit", &token, "--ttl", "30", "--owner", "a"],
+    )
+    .await
+    .ok()
+    .json();
+    let new_token = renewed["token"].as_i64().unwrap();
+    assert!(new_token > token.parse::<i64>().unwrap());
+    let stale = queen(&b.base, &["lock", "release", "nightly", "--permit", &token]).await;
+    assert_eq!(stale.code, 3, "an old token releases nothing: {stale:?}");
+    queen(&b.base, &["lock", "release", "nightly", "--permit", &new_token.to_string()]).await.ok();
+    let free = queen(&b.base, &["lock", "get", "nightly"]).await.ok();
+    assert!(free.stdout.contains("not held"), "{free:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timer_schedule_peek_list_cancel_and_read_by_offset() {
+    let b = TestBroker::start().await;
+    let s = queen(
+        &b.base,
+        &[
+            "--json",
+            "timer",
+            "schedule",
+            "later",
+            "k1",
+            r#"{"n":1}"#,
+            "--delay-ms",
+            "600000",
+            "--txn",
+            "tx-1",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    assert_eq!((s["status"].clone(), s["txn"].clone()), (Value::from("scheduled"), Value::from("tx-1")));
+    let peek = queen(&b.base, &["timer", "peek", "later", "k1"]).await.ok();
+    assert!(peek.stdout.contains(r#"{"n":1}"#) && peek.stdout.contains("tx-1"), "{peek:?}");
+    let list = queen(&b.base, &["timer", "list", "later"]).await.ok();
+    assert!(list.stdout.contains("k1") && list.stdout.contains("1 timers"), "{list:?}");
+    queen(&b.base, &["timer", "cancel", "later", "k1"]).await.ok();
+    let again = queen(&b.base, &["timer", "cancel", "later", "k1"]).await;
+    assert_eq!(again.code, 3, "nothing pending: {again:?}");
+    assert!(again.stderr.contains("absent"), "{again:?}");
+    let bad = queen(&b.base, &["timer", "schedule", "later", "k2", "not json", "--delay-ms", "1"]).await;
+    assert_eq!(bad.code, 2, "{bad:?}");
+
+    b.push(
+        "log",
+        "Default",
+        &[("r0", serde_json::json!(0)), ("r1", serde_json::json!(1)), ("r2", serde_json::json!(2))],
+    )
+    .await;
+    let read = queen(&b.base, &["read", "log", "--offset", "1"]).await.ok();
+    assert!(
+        read.stdout.contains("r1") && read.stdout.contains("r2") && !read.stdout.contains("r0"),
+        "{read:?}"
+    );
+    assert!(read.stdout.contains("2 records; log 0..3; next offset 3"), "{read:?}");
+    let json = queen(&b.base, &["--json", "read", "log"]).await.ok().json();
+    assert_eq!(json["entries"][0]["highWatermark"], 3);
+    let past = queen(&b.base, &["read", "log", "--offset", "9"]).await;
+    assert_eq!(past.code, 3, "{past:?}");
+    assert!(past.stderr.contains("OFFSET_OUT_OF_RANGE"), "{past:?}");
+}

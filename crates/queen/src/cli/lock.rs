@@ -28,9 +28,9 @@ pub(crate) enum LockCommand {
     Renew {
         /// The lock's name.
         name: String,
-        /// The token of the last acquire or renew.
-        #[arg(long)]
-        token: i64,
+        /// The permit's token, from the last acquire or renew (`--token` is the bearer token).
+        #[arg(long, value_name = "TOKEN")]
+        permit: i64,
         /// New lifetime in seconds, from now.
         #[arg(long, value_name = "SECS")]
         ttl: u64,
@@ -45,9 +45,9 @@ pub(crate) enum LockCommand {
     Release {
         /// The lock's name.
         name: String,
-        /// The permit's token.
-        #[arg(long)]
-        token: i64,
+        /// The permit's token (`--token` is the bearer token).
+        #[arg(long, value_name = "TOKEN")]
+        permit: i64,
         /// The permit's slot.
         #[arg(long)]
         slot: Option<u32>,
@@ -64,10 +64,10 @@ pub(crate) async fn run(ctx: &Ctx, command: LockCommand) -> Outcome {
         LockCommand::Acquire { name, ttl, owner, limit } => {
             json!({"op": "acquire", "name": name, "ttlSeconds": ttl, "owner": owner, "limit": limit})
         }
-        LockCommand::Renew { name, token, ttl, slot, owner } => {
+        LockCommand::Renew { name, permit: token, ttl, slot, owner } => {
             json!({"op": "renew", "name": name, "token": token, "ttlSeconds": ttl, "slot": slot, "owner": owner})
         }
-        LockCommand::Release { name, token, slot } => {
+        LockCommand::Release { name, permit: token, slot } => {
             json!({"op": "release", "name": name, "token": token, "slot": slot})
         }
         LockCommand::Get { name } => json!({"op": "get", "name": name}),
