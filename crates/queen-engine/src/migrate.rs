@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 6, name: "0006_reads.sql", sql: include_str!("../sql/migrations/0006_reads.sql") },
     Migration { version: 7, name: "0007_timers.sql", sql: include_str!("../sql/migrations/0007_timers.sql") },
+    Migration {
+        version: 8,
+        name: "0008_message_order.sql",
+        sql: include_str!("../sql/migrations/0008_message_order.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -64,6 +64,104 @@ async fn push_of_1000_items_pops_all_1000_in_order_with_batch_1000() {
     b.pop_none("big", "batch=1000").await;
 }
 
+/// The Queen 2.x stream runtime orders a popped batch by (createdAt in
+/// milliseconds, then id as a string): that order must be the push order.
+fn client_sort_order(pop: &Value) -> Vec<String> {
+    let mut messages: Vec<(String, String, String)> = pop["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            let created = m["createdAt"].as_str().unwrap();
+            // Fixed width (YYYY-MM-DDTHH:MM:SS.ffffffZ): the first 23
+            // characters are the millisecond, and sort as time does.
+            assert_eq!(created.len(), 27, "{created}");
+            (
+                created[..23].to_owned(),
+                m["id"].as_str().unwrap().to_owned(),
+                m["transactionId"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    messages.sort();
+    messages.into_iter().map(|(_, _, tx)| tx).collect()
+}
+
+fn assert_uuid_v7(id: &str) {
+    assert_eq!(id.len(), 36, "{id}");
+    assert_eq!(&id[14..15], "7", "version nibble of {id}");
+    assert!(matches!(&id[19..20], "8" | "9" | "a" | "b"), "variant of {id}");
+}
+
+#[tokio::test]
+async fn a_push_of_1000_sorts_in_push_order_by_created_at_ms_then_id() {
+    let b = TestBroker::start().await;
+    let ids = txids("m", 1000);
+    b.push_txids("sorted", "Default", &ids).await;
+    let popped = b.pop_some("sorted", "batch=1000").await;
+    assert_eq!(tx_ids(&popped), ids);
+    assert_eq!(client_sort_order(&popped), ids);
+    let mut seen = HashSet::new();
+    for m in popped["messages"].as_array().unwrap() {
+        let id = m["id"].as_str().unwrap();
+        assert_uuid_v7(id);
+        assert!(seen.insert(id.to_owned()), "duplicate id {id}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_pushes_to_one_partition_sort_in_offset_order() {
+    let b = TestBroker::start().await;
+    let api = Arc::new(b.api());
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let api = api.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..25 {
+                let items = json!([{"queue": "race", "partition": "p", "transactionId": format!("t{t}-{i}"),
+                                    "payload": {"t": t, "i": i}}]);
+                let (status, body) = api.post("/api/v1/push", &json!({"items": items})).await;
+                assert_eq!(status, 201, "{body}");
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let popped = b.pop_some("race", "batch=1000").await;
+    let in_offset_order = tx_ids(&popped);
+    assert_eq!(in_offset_order.len(), 400);
+    assert_eq!(client_sort_order(&popped), in_offset_order);
+}
+
+#[tokio::test]
+async fn ids_and_created_at_keep_rising_when_the_clock_is_behind_the_partition() {
+    let b = TestBroker::start().await;
+    b.push_txids("skew", "Default", &txids("a", 3)).await;
+    // As if the database clock stepped back an hour after the last push,
+    // which also used up its millisecond's counter.
+    let sql = b.sql().await;
+    sql.batch_execute(
+        "UPDATE queen.partitions SET last_push_at = now() + interval '1 hour',
+                id_clock = (floor(extract(epoch FROM now() + interval '1 hour') * 1000)::bigint << 12) | 4095",
+    )
+    .await
+    .unwrap();
+    b.push_txids("skew", "Default", &txids("b", 3)).await;
+    let popped = b.pop_some("skew", "batch=10").await;
+    let order = ["a-0", "a-1", "a-2", "b-0", "b-1", "b-2"];
+    assert_eq!(tx_ids(&popped), order);
+    assert_eq!(client_sort_order(&popped), order);
+    let ahead = sql
+        .query_one(
+            "SELECT bool_and(created_at > now() + interval '59 minutes') FROM queen.messages WHERE transaction_id LIKE 'b-%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(ahead.get::<_, Option<bool>>(0), Some(true), "created_at never goes back in a partition");
+}
+
 #[tokio::test]
 async fn duplicate_transaction_id_answers_duplicate_with_the_original_message_id() {
     let b = TestBroker::start().await;

@@ -97,3 +97,21 @@ BEGIN
               FROM 1 FOR 6),
       52, 1), 53, 1), 'hex')::uuid;
 END $$;
+
+-- A message id from a partition's id clock (see migration 0008): the
+-- clock's 48 milliseconds, the version nibble 7, its 12-bit counter, then
+-- 64 random bits with the RFC 9562 variant. Ids of one partition rise with
+-- the clock; the random half keeps ids of different partitions apart.
+CREATE OR REPLACE FUNCTION queen.message_id(clock bigint) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+  SELECT encode(int8send(((clock >> 12) << 16) | 28672 | (clock & 4095))
+                || substring(uuid_send(gen_random_uuid()) FROM 9), 'hex')::uuid
+$$;
+
+-- The first id clock value of a push at `at` to a partition whose clock is
+-- `last`: the push's millisecond, or one past the last value when that is
+-- later (a busy millisecond, or a clock that stepped back).
+CREATE OR REPLACE FUNCTION queen.id_clock_start(at timestamptz, last bigint) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+  SELECT greatest(floor(extract(epoch FROM at) * 1000)::bigint << 12, last + 1)
+$$;

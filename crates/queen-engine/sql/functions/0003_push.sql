@@ -39,6 +39,8 @@ DECLARE
   v_win integer;
   v_max_size integer;
   v_next bigint;
+  v_clock bigint;
+  v_at timestamptz;
   v_backlog bigint;
   rq record;
 BEGIN
@@ -55,11 +57,13 @@ BEGIN
   -- queue without maxSize. Three short statements: lock the partition (and
   -- read its offset), then dedup, insert and bump in one.
   IF v_queues[1] = ALL (v_queues) AND v_parts[1] = ALL (v_parts) THEN
-    SELECT p.id, p.next_seq, q.dedup_window_seconds, q.max_size INTO v_pid, v_next, v_win, v_max_size
+    SELECT p.id, p.next_seq, greatest(now(), p.last_push_at), p.id_clock, q.dedup_window_seconds, q.max_size
+      INTO v_pid, v_next, v_at, v_clock, v_win, v_max_size
       FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
      WHERE q.name = v_queues[1] AND p.name = v_parts[1]
        FOR NO KEY UPDATE OF p;
     IF v_pid IS NOT NULL AND v_max_size = 0 THEN
+      v_clock := queen.id_clock_start(v_at, v_clock);
       WITH items AS (
         SELECT u.ord, u.txid, u.trace, u.payload,
                min(u.ord) OVER (PARTITION BY u.txid) AS first_ord,
@@ -78,14 +82,15 @@ BEGIN
           FROM items i WHERE i.ord = i.first_ord AND i.prior IS NULL
       ),
       ins AS (
-        INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
-        SELECT v_pid, v_next + f.rn, coalesce(p_ids[f.ord::integer], queen.uuid_v7()), f.txid, f.trace,
-               f.payload::json
+        INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at)
+        SELECT v_pid, v_next + f.rn, coalesce(p_ids[f.ord::integer], queen.message_id(v_clock + f.rn)),
+               f.txid, f.trace, f.payload::json, v_at
           FROM fresh f
         RETURNING transaction_id, id
       ),
       bump AS (
-        UPDATE queen.partitions p SET next_seq = v_next + c.n, last_push_at = now()
+        UPDATE queen.partitions p
+           SET next_seq = v_next + c.n, last_push_at = v_at, id_clock = v_clock + c.n - 1
           FROM (SELECT count(*) AS n FROM fresh) c
          WHERE p.id = v_pid AND c.n > 0
         RETURNING 1
@@ -190,26 +195,37 @@ BEGIN
   -- is inserted with. The answer reads these rows, not the INSERT's
   -- RETURNING: a generic plan estimates one row per CTE and joined the two
   -- by a nested loop, quadratic in the items of a batch.
+  -- A partition's pushes get created_at no earlier than its last push, and
+  -- ids from its id clock: both rise with offsets (migration 0008).
+  lanes AS MATERIALIZED (
+    SELECT p.id AS pid, p.next_seq, greatest(now(), p.last_push_at) AS at,
+           queen.id_clock_start(greatest(now(), p.last_push_at), p.id_clock) AS clock
+      FROM queen.partitions p
+     WHERE p.id IN (SELECT DISTINCT i.pid FROM items i)
+  ),
   decided AS MATERIALIZED (
     SELECT d.*,
-           CASE WHEN d.is_fresh THEN coalesce(p_ids[d.ord::integer], queen.uuid_v7()) END AS new_id,
-           count(*) FILTER (WHERE d.is_fresh) OVER (PARTITION BY d.pid ORDER BY d.ord) - 1 AS rn
+           CASE WHEN d.is_fresh THEN coalesce(p_ids[d.ord::integer], queen.message_id(l.clock + d.rn)) END AS new_id
       FROM (SELECT i.*, pr.id AS prior_id,
-                   (i.ord = i.first_ord AND NOT i.full AND pr.id IS NULL) AS is_fresh
+                   (i.ord = i.first_ord AND NOT i.full AND pr.id IS NULL) AS is_fresh,
+                   count(*) FILTER (WHERE i.ord = i.first_ord AND NOT i.full AND pr.id IS NULL)
+                     OVER (PARTITION BY i.pid ORDER BY i.ord) - 1 AS rn
               FROM items i LEFT JOIN prior pr ON pr.ord = i.first_ord) d
+      JOIN lanes l ON l.pid = d.pid
   ),
   ins AS (
-    INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
-    SELECT f.pid, p.next_seq + f.rn, f.new_id, f.txid, f.trace, f.payload::json
-      FROM decided f JOIN queen.partitions p ON p.id = f.pid
+    INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at)
+    SELECT f.pid, l.next_seq + f.rn, f.new_id, f.txid, f.trace, f.payload::json, l.at
+      FROM decided f JOIN lanes l ON l.pid = f.pid
      WHERE f.is_fresh
     RETURNING 1
   ),
   -- Data-modifying CTEs always run to completion, read or not.
   bump AS (
     UPDATE queen.partitions p
-       SET next_seq = p.next_seq + c.n, last_push_at = now()
+       SET next_seq = p.next_seq + c.n, last_push_at = l.at, id_clock = l.clock + c.n - 1
       FROM (SELECT pid, count(*) AS n FROM decided WHERE is_fresh GROUP BY pid) c
+      JOIN lanes l ON l.pid = c.pid
      WHERE p.id = c.pid
     RETURNING p.id
   ),

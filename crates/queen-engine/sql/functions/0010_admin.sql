@@ -235,17 +235,22 @@ LANGUAGE plpgsql AS $$
 DECLARE
   d queen.dead_letters;
   v_seq bigint;
-  v_id uuid := queen.uuid_v7();
+  v_id uuid;
 BEGIN
   SELECT * INTO d FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx
    ORDER BY id DESC LIMIT 1 FOR UPDATE;
   IF d.id IS NULL THEN
     PERFORM queen.not_found('Dead letter');
   END IF;
-  UPDATE queen.partitions SET next_seq = next_seq + 1, last_push_at = now() WHERE id = p_partition_id
-  RETURNING next_seq - 1 INTO v_seq;
-  INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload)
-  VALUES (p_partition_id, v_seq, v_id, d.transaction_id, d.trace_id, d.payload);
+  -- A push of one: created_at and the id clock rise as in queen.push_rows.
+  UPDATE queen.partitions
+     SET next_seq = next_seq + 1, last_push_at = greatest(now(), last_push_at),
+         id_clock = queen.id_clock_start(greatest(now(), last_push_at), id_clock)
+   WHERE id = p_partition_id
+  RETURNING next_seq - 1, queen.message_id(id_clock) INTO v_seq, v_id;
+  INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at)
+  SELECT p_partition_id, v_seq, v_id, d.transaction_id, d.trace_id, d.payload, p.last_push_at
+    FROM queen.partitions p WHERE p.id = p_partition_id;
   DELETE FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx;
   PERFORM pg_notify('queen_push', json_build_array((SELECT q.name FROM queen.queues q WHERE q.id = d.queue_id))::text);
   RETURN json_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_tx, 'messageId', v_id);
