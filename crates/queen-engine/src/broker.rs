@@ -13,6 +13,7 @@ use crate::batch::{
     self, AckBatcher, BatchKind, BatchSizes, BatchStats, GetBatcher, PushBatcher, WriteBatcher,
 };
 use crate::notifier::{self, Announcer, Waiters};
+use crate::retention::RetentionStats;
 use crate::timers::{self, TimerStats};
 use crate::{DbConfig, EngineError, Json};
 
@@ -57,6 +58,11 @@ pub struct EngineOptions {
     pub timer_fire_batch: i32,
     /// How far ahead a timer may be scheduled (`timer_horizon_exceeded`).
     pub timer_horizon: Duration,
+    /// How often the retention sweeper runs (queue options retention and
+    /// `maxWaitTimeSeconds`); `None` disables it here.
+    pub retention_sweep_interval: Option<Duration>,
+    /// Messages the retention sweeper deletes per partition and statement.
+    pub retention_sweep_batch: i32,
 }
 
 impl Default for EngineOptions {
@@ -74,6 +80,8 @@ impl Default for EngineOptions {
             timer_sweep_interval: Some(Duration::from_millis(200)),
             timer_fire_batch: 500,
             timer_horizon: crate::timers::DEFAULT_TIMER_HORIZON,
+            retention_sweep_interval: Some(Duration::from_secs(10)),
+            retention_sweep_batch: 1000,
         }
     }
 }
@@ -135,6 +143,7 @@ pub struct Engine {
     options: EngineOptions,
     kv_pruned: Arc<AtomicU64>,
     timer_stats: Arc<TimerStats>,
+    retention_stats: Arc<RetentionStats>,
 }
 
 impl Engine {
@@ -163,6 +172,16 @@ impl Engine {
                 options.timer_fire_batch.max(1),
                 announce_fn(&waiters, &announcer),
                 timer_stats.clone(),
+                shutdown_rx.clone(),
+            ));
+        }
+        let retention_stats = Arc::new(RetentionStats::default());
+        if let Some(every) = options.retention_sweep_interval {
+            tokio::spawn(crate::retention::sweep_retention(
+                pool.clone(),
+                every,
+                options.retention_sweep_batch.max(1),
+                retention_stats.clone(),
                 shutdown_rx,
             ));
         }
@@ -189,6 +208,7 @@ impl Engine {
             options,
             kv_pruned,
             timer_stats,
+            retention_stats,
         })
     }
 
@@ -202,6 +222,14 @@ impl Engine {
 
     pub(crate) fn timer_stats_ref(&self) -> &TimerStats {
         &self.timer_stats
+    }
+
+    pub(crate) fn retention_stats_ref(&self) -> &RetentionStats {
+        &self.retention_stats
+    }
+
+    pub(crate) fn retention_batch(&self) -> i32 {
+        self.options.retention_sweep_batch.max(1)
     }
 
     pub(crate) fn kv_max_read_bytes(&self) -> i64 {

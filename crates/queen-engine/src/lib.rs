@@ -26,6 +26,7 @@ mod migrate;
 mod notifier;
 mod push;
 mod reads;
+mod retention;
 mod timers;
 mod transaction;
 mod wire;
@@ -41,6 +42,7 @@ pub use locks::{LockHolder, LockOp, LockResult, LOCKS_NAMESPACE, MAX_LIMIT as MA
 pub use migrate::{migrate, schema_digest, MIGRATIONS};
 pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
 pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PAGE, MAX_FETCH_ENTRIES};
+pub use retention::RetentionStatsSnapshot;
 pub use timers::{
     Fired, TimerOp, TimerResult, TimerStatsSnapshot, DEFAULT_TIMER_HORIZON, FIRE_LAG_BOUNDS_MS,
     MAX_TIMER_PAYLOAD_BYTES,

@@ -34,6 +34,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0008_message_order.sql",
         sql: include_str!("../sql/migrations/0008_message_order.sql"),
     },
+    Migration {
+        version: 9,
+        name: "0009_queue_options.sql",
+        sql: include_str!("../sql/migrations/0009_queue_options.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.
@@ -52,6 +57,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0012_locks.sql"),
     include_str!("../sql/functions/0013_reads.sql"),
     include_str!("../sql/functions/0014_timers.sql"),
+    include_str!("../sql/functions/0015_retention.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

@@ -132,6 +132,13 @@ struct ServeArgs {
     /// 403 timer_horizon_exceeded.
     #[arg(long, env = "QUEEN_TIMER_HORIZON_SECONDS", default_value_t = 90 * 24 * 3600)]
     timer_horizon_seconds: u64,
+    /// Milliseconds between retention sweeps (queue options retentionSeconds,
+    /// completedRetentionSeconds, maxWaitTimeSeconds); 0: this broker sweeps none.
+    #[arg(long, env = "QUEEN_RETENTION_SWEEP_INTERVAL_MS", default_value_t = 10_000)]
+    retention_sweep_interval_ms: u64,
+    /// Messages the retention sweeper deletes per partition and statement.
+    #[arg(long, env = "QUEEN_RETENTION_SWEEP_BATCH", default_value_t = 1000)]
+    retention_sweep_batch: i32,
     /// Milliseconds between a long poll's re-checks without a wake-up (lease expiry, delayed
     /// messages and lost cross-broker notifications rely on it).
     #[arg(long, env = "QUEEN_POLL_INTERVAL_MS", default_value_t = 250)]
@@ -287,6 +294,9 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
             .then(|| Duration::from_millis(args.timer_sweep_interval_ms)),
         timer_fire_batch: args.timer_fire_batch.max(1),
         timer_horizon: Duration::from_secs(args.timer_horizon_seconds),
+        retention_sweep_interval: (args.retention_sweep_interval_ms > 0)
+            .then(|| Duration::from_millis(args.retention_sweep_interval_ms)),
+        retention_sweep_batch: args.retention_sweep_batch.max(1),
     };
     let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.

@@ -15,8 +15,9 @@ $$;
 
 -- POST /api/v1/configure. Merges: an absent option keeps its stored value;
 -- "mode": "replace" resets every absent option to its default first.
--- Options we store but do not implement are refused unless they carry their
--- default, so nothing is accepted and silently ignored.
+-- An option we store but do not implement is refused unless it carries its
+-- default, so nothing is accepted and silently ignored. retryDelay (ms) and
+-- ttl (s) default to 0: redeliver at once, never expire.
 -- Locks: the queue row (FOR NO KEY UPDATE via UPDATE).
 CREATE OR REPLACE FUNCTION queen.configure(p_body json) RETURNS json
 LANGUAGE plpgsql AS $$
@@ -59,7 +60,7 @@ BEGIN
   SELECT * INTO q FROM queen.queues WHERE name = v_name FOR NO KEY UPDATE;
   IF v_mode = 'replace' THEN
     d := q;
-    d.lease_time := 300; d.retry_limit := 3; d.retry_delay := 1000; d.max_size := 0; d.ttl := 3600;
+    d.lease_time := 300; d.retry_limit := 3; d.retry_delay := 0; d.max_size := 0; d.ttl := 0;
     d.priority := 0; d.dead_letter_queue := true; d.dlq_after_max_retries := true;
     d.delayed_processing := 0; d.window_buffer := 0; d.retention_seconds := 0;
     d.completed_retention_seconds := 0; d.retention_enabled := false; d.encryption_enabled := false;
@@ -91,17 +92,9 @@ BEGIN
   WHERE id = q.id
   RETURNING * INTO q;
 
-  -- Not implemented yet, so only their defaults are accepted (see ARCHITECTURE.md).
-  IF q.retry_delay <> 1000 THEN
-    PERFORM queen.bad_request('options.retryDelay', 'is not supported: a failed message redelivers at once (only 1000, the default, is accepted)');
-  ELSIF q.ttl <> 3600 THEN
-    PERFORM queen.bad_request('options.ttl', 'is not supported: messages do not expire (only 3600, the default, is accepted)');
-  ELSIF q.retention_seconds <> 0 OR q.completed_retention_seconds <> 0 OR q.retention_enabled THEN
-    PERFORM queen.bad_request('options.retentionSeconds', 'is not supported yet: retention must be off (0)');
-  ELSIF q.encryption_enabled THEN
+  -- Not implemented yet, so only its default is accepted (see ARCHITECTURE.md).
+  IF q.encryption_enabled THEN
     PERFORM queen.bad_request('options.encryptionEnabled', 'is not supported yet: must be false');
-  ELSIF q.max_wait_time_seconds <> 0 THEN
-    PERFORM queen.bad_request('options.maxWaitTimeSeconds', 'is not supported yet: must be 0');
   END IF;
 
   RETURN json_build_object('configured', true, 'queue', q.name, 'namespace', q.namespace,

@@ -212,7 +212,10 @@ BEGIN
     FROM queen.cursors c
     JOIN queen.partitions p ON p.id = c.partition_id
    WHERE c.partition_id = p_pid AND c.consumer_group = p_group
-     AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+     -- A lease that expired, or a nack (retry_at), waits out retryDelay.
+     AND (c.lease_expires_at IS NULL
+          OR c.lease_expires_at <= now() - make_interval(secs => q.retry_delay / 1000.0))
+     AND (c.retry_at IS NULL OR c.retry_at <= now())
      AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
      AND (q.delayed_processing = 0 OR coalesce((
            SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
@@ -220,6 +223,20 @@ BEGIN
      FOR UPDATE OF c SKIP LOCKED;
   IF NOT FOUND THEN
     RETURN NULL;
+  END IF;
+
+  -- ttl: messages older than it are never delivered. created_at rises
+  -- with seq in a partition, so they are the lane's head: the cursor moves
+  -- past them (we hold its lock), for this group, for good.
+  IF q.ttl > 0 AND lane.next_seq < lane.head THEN
+    v_head := coalesce((SELECT m.seq FROM queen.messages m
+                         WHERE m.partition_id = p_pid AND m.seq >= lane.next_seq
+                           AND m.created_at > now() - make_interval(secs => q.ttl)
+                         ORDER BY m.seq LIMIT 1), lane.head);
+    IF v_head > lane.next_seq THEN
+      UPDATE queen.cursors SET next_seq = v_head WHERE partition_id = p_pid AND consumer_group = p_group;
+      lane.next_seq := v_head;
+    END IF;
   END IF;
 
   IF lane.next_seq >= lane.head THEN

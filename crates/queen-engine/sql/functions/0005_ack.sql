@@ -45,7 +45,7 @@ BEGIN
     SELECT DISTINCT u.pid, u.grp FROM unnest(p_pids, p_groups) u(pid, grp) ORDER BY 1, 2
   LOOP
     SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end, c.retry_count, c.queue_id,
-           q.retry_limit, q.dead_letter_queue, q.dlq_after_max_retries
+           q.retry_limit, q.retry_delay, q.dead_letter_queue, q.dlq_after_max_retries
       INTO cur
       FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id
      WHERE c.partition_id = g.pid AND c.consumer_group = g.grp
@@ -132,9 +132,12 @@ BEGIN
                lease_id = NULL, lease_expires_at = NULL, batch_end = NULL
          WHERE partition_id = g.pid AND consumer_group = g.grp;
       ELSE
+        -- A failed message waits out retryDelay before a pop claims its lane.
         UPDATE queen.cursors SET next_seq = v_next,
                retry_count = retry_count + CASE WHEN v_stats[v_min] = 'failed' THEN 1 ELSE 0 END,
-               lease_id = NULL, lease_expires_at = NULL, batch_end = NULL
+               lease_id = NULL, lease_expires_at = NULL, batch_end = NULL,
+               retry_at = CASE WHEN v_stats[v_min] = 'failed' AND cur.retry_delay > 0
+                               THEN now() + make_interval(secs => cur.retry_delay / 1000.0) END
          WHERE partition_id = g.pid AND consumer_group = g.grp;
       END IF;
       v_released := true;

@@ -145,7 +145,7 @@ BEGIN
            next_seq = CASE WHEN p_to_end THEN p.next_seq
                       ELSE coalesce((SELECT min(m.seq) FROM queen.messages m
                                       WHERE m.partition_id = p.id AND m.created_at > v_ts), p.next_seq) END,
-           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0
+           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0, retry_at = NULL
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE c.partition_id = p.id AND c.consumer_group = p_group AND q.name = p_queue
     RETURNING 1

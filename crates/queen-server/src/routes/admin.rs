@@ -250,6 +250,10 @@ pub(crate) async fn metrics_json(State(app): State<Arc<AppState>>) -> Response {
             "database": {"poolSize": size, "idleConnections": idle, "maxConnections": max},
             "longPolls": {"queuesWaiting": app.engine.queues_waiting()},
             "kv": {"rowsPruned": app.engine.kv_rows_pruned()},
+            "retention": {
+                "messagesRetained": app.engine.retention_stats().retained,
+                "messagesEvicted": app.engine.retention_stats().evicted,
+            },
         })
         .to_string(),
     )
@@ -288,6 +292,14 @@ pub(crate) async fn metrics_prometheus(State(app): State<Arc<AppState>>) -> Resp
         out,
         "# TYPE queen_kv_sweeper_rows_pruned_total counter\nqueen_kv_sweeper_rows_pruned_total {}",
         app.engine.kv_rows_pruned()
+    );
+    let retention = app.engine.retention_stats();
+    let _ = writeln!(
+        out,
+        "# TYPE queen_messages_removed_total counter\n\
+         queen_messages_removed_total{{reason=\"retention\"}} {}\n\
+         queen_messages_removed_total{{reason=\"max_wait\"}} {}",
+        retention.retained, retention.evicted
     );
     let timers = app.engine.timer_stats();
     let _ =

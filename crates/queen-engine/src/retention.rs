@@ -1,0 +1,122 @@
+//! The retention sweeper: queue options `retentionSeconds`,
+//! `completedRetentionSeconds` (with `retentionEnabled`) and
+//! `maxWaitTimeSeconds`. The rules live in `queen.retention_sweep`
+//! (sql/functions/0015_retention.sql); this task only drives it in short,
+//! bounded calls and counts what went.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::Pool;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::{Engine, EngineError};
+
+/// Partitions one sweep call visits.
+const PARTITIONS_PER_CALL: i32 = 200;
+/// Passes over every partition one tick may make while they keep finding
+/// messages to remove (a busy partition sheds `batch` per pass).
+const MAX_PASSES_PER_TICK: usize = 50;
+
+/// Messages the sweeper of this engine removed.
+#[derive(Debug, Default)]
+pub(crate) struct RetentionStats {
+    retained: AtomicU64,
+    evicted: AtomicU64,
+}
+
+/// What one engine's retention sweeper has removed since it started.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionStatsSnapshot {
+    /// Removed by `retentionSeconds` or `completedRetentionSeconds`.
+    pub retained: u64,
+    /// Unconsumed messages removed by `maxWaitTimeSeconds`.
+    pub evicted: u64,
+}
+
+impl RetentionStats {
+    fn snapshot(&self) -> RetentionStatsSnapshot {
+        RetentionStatsSnapshot {
+            retained: self.retained.load(Ordering::Relaxed),
+            evicted: self.evicted.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One pass over every partition of the queues with retention or eviction
+/// on. `None` when another broker's sweep held the lock.
+async fn pass(
+    pool: &Pool,
+    batch: i32,
+    stats: &RetentionStats,
+) -> Result<Option<RetentionStatsSnapshot>, EngineError> {
+    let mut after: Option<Uuid> = None;
+    let mut removed = RetentionStatsSnapshot::default();
+    loop {
+        let client = pool.get().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT next_after, retained, evicted, busy FROM queen.retention_sweep($1, $2, $3)",
+            )
+            .await?;
+        let row = client.query_one(&stmt, &[&after, &PARTITIONS_PER_CALL, &batch]).await?;
+        drop(client);
+        if row.try_get::<_, bool>(3)? {
+            return Ok(None);
+        }
+        let retained: i64 = row.try_get(1)?;
+        let evicted: i64 = row.try_get(2)?;
+        stats.retained.fetch_add(retained.max(0) as u64, Ordering::Relaxed);
+        stats.evicted.fetch_add(evicted.max(0) as u64, Ordering::Relaxed);
+        removed.retained += retained.max(0) as u64;
+        removed.evicted += evicted.max(0) as u64;
+        after = row.try_get(0)?;
+        if after.is_none() {
+            return Ok(Some(removed));
+        }
+    }
+}
+
+/// Every `every`, passes over the partitions until a pass removes nothing
+/// (at most [`MAX_PASSES_PER_TICK`]). A failed pass is retried next tick.
+pub(crate) async fn sweep_retention(
+    pool: Pool,
+    every: Duration,
+    batch: i32,
+    stats: Arc<RetentionStats>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = shutdown.changed() => return,
+        }
+        for _ in 0..MAX_PASSES_PER_TICK {
+            match pass(&pool, batch, &stats).await {
+                Ok(Some(removed)) if removed.retained + removed.evicted > 0 && !*shutdown.borrow() => {
+                    continue
+                }
+                Ok(_) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention sweep failed; will retry");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Engine {
+    /// Messages removed by this engine's retention sweeper so far.
+    pub fn retention_stats(&self) -> RetentionStatsSnapshot {
+        self.retention_stats_ref().snapshot()
+    }
+
+    /// Runs one retention pass now (tests, and operators through the CLI);
+    /// `None` when another broker is sweeping.
+    pub async fn sweep_retention_once(&self) -> Result<Option<RetentionStatsSnapshot>, EngineError> {
+        pass(self.pool(), self.retention_batch(), self.retention_stats_ref()).await
+    }
+}

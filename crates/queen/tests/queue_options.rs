@@ -1,0 +1,212 @@
+//! Queue options that change delivery over time: retryDelay, ttl,
+//! retention (retentionSeconds, completedRetentionSeconds) and
+//! maxWaitTimeSeconds.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, tx_ids, TestBroker};
+use queen_engine::RetentionStatsSnapshot;
+use serde_json::{json, Value};
+
+/// One retention pass, retried while the broker's own sweeper holds the lock.
+async fn sweep(b: &TestBroker) -> RetentionStatsSnapshot {
+    eventually(Duration::from_secs(10), "a retention pass", || async {
+        b.engine.sweep_retention_once().await.expect("sweep")
+    })
+    .await
+}
+
+async fn messages_left(b: &TestBroker, queue: &str) -> Vec<String> {
+    let sql = b.sql().await;
+    sql.query(
+        "SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+           JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY m.seq",
+        &[&queue],
+    )
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get(0))
+    .collect()
+}
+
+async fn log_start(b: &TestBroker, queue: &str) -> Value {
+    let (status, body) = b
+        .post("/api/v1/fetch", &json!({"entries": [{"queue": queue, "partition": "Default", "offset": 0}]}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    body["entries"][0]["logStartOffset"].clone()
+}
+
+#[tokio::test]
+async fn retry_delay_holds_a_nacked_message_back_for_that_long() {
+    let b = TestBroker::start().await;
+    let conf = b.configure_ok("slow-retry", json!({"retryDelay": 1500})).await;
+    assert_eq!(conf["options"]["retryDelay"], 1500);
+    b.push("slow-retry", "Default", &[("r1", json!(1))]).await;
+    let first = b.pop_some("slow-retry", "batch=1").await;
+    let nacked = Instant::now();
+    b.ack(&first["messages"][0], "failed", None).await;
+    b.pop_none("slow-retry", "batch=1").await;
+    let again = eventually(Duration::from_secs(5), "the redelivery", || async {
+        let (status, body) = b.pop("slow-retry", "batch=1").await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    let waited = nacked.elapsed();
+    assert_eq!(tx_ids(&again), ["r1"]);
+    assert!(waited >= Duration::from_millis(1450), "redelivered after {waited:?}");
+}
+
+#[tokio::test]
+async fn retry_delay_also_follows_an_expired_lease_and_zero_redelivers_at_once() {
+    let b = TestBroker::start().await;
+    b.configure_ok("lapse", json!({"leaseTime": 1, "retryDelay": 1500})).await;
+    b.push("lapse", "Default", &[("l1", json!(1))]).await;
+    let popped = Instant::now();
+    b.pop_some("lapse", "batch=1").await;
+    eventually(Duration::from_secs(6), "the redelivery after expiry", || async {
+        let (status, _) = b.pop("lapse", "batch=1").await;
+        (status == 200).then_some(())
+    })
+    .await;
+    let waited = popped.elapsed();
+    assert!(waited >= Duration::from_millis(2400), "lease 1 s + delay 1.5 s, redelivered after {waited:?}");
+
+    // The default: a nack redelivers at once.
+    b.push("eager", "Default", &[("e1", json!(1))]).await;
+    let first = b.pop_some("eager", "batch=1").await;
+    b.ack(&first["messages"][0], "failed", None).await;
+    assert_eq!(tx_ids(&b.pop_some("eager", "batch=1").await), ["e1"]);
+}
+
+#[tokio::test]
+async fn ttl_skips_messages_older_than_it_for_every_group() {
+    let b = TestBroker::start().await;
+    let conf = b.configure_ok("short-lived", json!({"ttl": 1})).await;
+    assert_eq!(conf["options"]["ttl"], 1);
+    b.push("short-lived", "Default", &[("old-1", json!(1)), ("old-2", json!(2))]).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    b.push("short-lived", "Default", &[("fresh", json!(3))]).await;
+    assert_eq!(tx_ids(&b.pop_some("short-lived", "batch=10").await), ["fresh"]);
+    assert_eq!(tx_ids(&b.pop_some("short-lived", "batch=10&consumerGroup=audit").await), ["fresh"]);
+    // Expired is not deleted: reads by offset still see the log.
+    assert_eq!(messages_left(&b, "short-lived").await, ["old-1", "old-2", "fresh"]);
+}
+
+#[tokio::test]
+async fn retention_seconds_removes_old_messages_consumed_or_not_and_moves_the_log_start() {
+    let b = TestBroker::start().await;
+    b.configure_ok("kept", json!({"retentionEnabled": true, "retentionSeconds": 1})).await;
+    b.push("kept", "Default", &[("a", json!(1)), ("b", json!(2)), ("c", json!(3))]).await;
+    // Fresh messages survive a pass.
+    sweep(&b).await;
+    assert_eq!(messages_left(&b, "kept").await.len(), 3);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    b.push("kept", "Default", &[("d", json!(4))]).await;
+    let removed = sweep(&b).await;
+    assert_eq!(removed.retained, 3, "{removed:?}");
+    assert_eq!(messages_left(&b, "kept").await, ["d"]);
+    assert_eq!(log_start(&b, "kept").await, json!(3));
+    assert_eq!(tx_ids(&b.pop_some("kept", "batch=10").await), ["d"]);
+    // Without retentionEnabled the same option removes nothing.
+    b.configure_ok("unkept", json!({"retentionSeconds": 1})).await;
+    b.push("unkept", "Default", &[("x", json!(1))]).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    sweep(&b).await;
+    assert_eq!(messages_left(&b, "unkept").await, ["x"]);
+}
+
+#[tokio::test]
+async fn completed_retention_removes_only_what_every_group_consumed() {
+    let b = TestBroker::start().await;
+    b.configure_ok("done", json!({"retentionEnabled": true, "completedRetentionSeconds": 1})).await;
+    b.push("done", "Default", &[("a", json!(1)), ("b", json!(2)), ("c", json!(3)), ("d", json!(4))]).await;
+    // Queue mode consumes a and b; group "slow" consumes only a.
+    let two = b.pop_some("done", "batch=2").await;
+    b.ack_batch(
+        json!(two["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| json!({
+            "transactionId": m["transactionId"], "partitionId": m["partitionId"],
+            "leaseId": m["leaseId"], "status": "completed"}))
+            .collect::<Vec<_>>()),
+        None,
+    )
+    .await;
+    let one = b.pop_some("done", "batch=1&consumerGroup=slow").await;
+    b.ack(&one["messages"][0], "completed", Some("slow")).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let removed = sweep(&b).await;
+    assert_eq!(removed.retained, 1, "{removed:?}");
+    assert_eq!(messages_left(&b, "done").await, ["b", "c", "d"]);
+    assert_eq!(tx_ids(&b.pop_some("done", "batch=10&consumerGroup=slow").await), ["b", "c", "d"]);
+}
+
+#[tokio::test]
+async fn max_wait_evicts_unconsumed_messages_and_counts_them() {
+    let b = TestBroker::start().await;
+    b.configure_ok("impatient", json!({"maxWaitTimeSeconds": 1})).await;
+    b.push("impatient", "Default", &[("a", json!(1)), ("b", json!(2)), ("c", json!(3))]).await;
+    let first = b.pop_some("impatient", "batch=1").await;
+    b.ack(&first["messages"][0], "completed", None).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    b.push("impatient", "Default", &[("late", json!(4))]).await;
+    let before = b.engine.retention_stats().evicted;
+    sweep(&b).await;
+    // b and c waited too long; a was consumed (retention is off, so it stays).
+    assert_eq!(messages_left(&b, "impatient").await, ["a", "late"]);
+    assert_eq!(b.engine.retention_stats().evicted - before, 2);
+    assert_eq!(tx_ids(&b.pop_some("impatient", "batch=10").await), ["late"]);
+    let (status, text) = {
+        let r = b.http.get(b.url("/metrics/prometheus")).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    };
+    assert_eq!(status, 200);
+    let line =
+        text.lines().find(|l| l.starts_with("queen_messages_removed_total{reason=\"max_wait\"}")).unwrap();
+    let n: u64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 2, "{line}");
+}
+
+#[tokio::test]
+async fn retention_passes_of_two_brokers_remove_each_message_once() {
+    let b = TestBroker::start().await;
+    let other = TestBroker::on(&b.db).await;
+    b.configure_ok("shared", json!({"retentionEnabled": true, "retentionSeconds": 1})).await;
+    let items: Vec<Value> = (0..40)
+        .flat_map(|p| {
+            (0..25).map(move |i| {
+                json!({"queue": "shared", "partition": format!("p{p}"),
+                                         "transactionId": format!("t{p}-{i}"), "payload": i})
+            })
+        })
+        .collect();
+    b.push_items(json!(items)).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let (x, y) = tokio::join!(
+        async {
+            let mut n = 0;
+            for _ in 0..5 {
+                n += b.engine.sweep_retention_once().await.unwrap().map_or(0, |s| s.retained);
+            }
+            n
+        },
+        async {
+            let mut n = 0;
+            for _ in 0..5 {
+                n += other.engine.sweep_retention_once().await.unwrap().map_or(0, |s| s.retained);
+            }
+            n
+        }
+    );
+    let left = b.scalar("SELECT count(*) FROM queen.messages").await;
+    let background = b.engine.retention_stats().retained + other.engine.retention_stats().retained - x - y;
+    assert_eq!(left, 0);
+    assert_eq!(x + y + background, 1000, "each message removed once: {x} + {y} + {background}");
+}
