@@ -14,6 +14,7 @@ use crate::batch::{
 };
 use crate::notifier::{self, Announcer, Waiters};
 use crate::retention::RetentionStats;
+use crate::sealing::{EncryptionKey, SealedQueues};
 use crate::timers::{self, TimerStats};
 use crate::{DbConfig, EngineError, Json};
 
@@ -63,6 +64,9 @@ pub struct EngineOptions {
     pub retention_sweep_interval: Option<Duration>,
     /// Messages the retention sweeper deletes per partition and statement.
     pub retention_sweep_batch: i32,
+    /// The key of encryption at rest (`QUEEN_ENCRYPTION_KEY`); without it,
+    /// encrypted queues can be neither configured nor pushed to nor read.
+    pub encryption_key: Option<EncryptionKey>,
 }
 
 impl Default for EngineOptions {
@@ -82,6 +86,7 @@ impl Default for EngineOptions {
             timer_horizon: crate::timers::DEFAULT_TIMER_HORIZON,
             retention_sweep_interval: Some(Duration::from_secs(10)),
             retention_sweep_batch: 1000,
+            encryption_key: None,
         }
     }
 }
@@ -144,6 +149,7 @@ pub struct Engine {
     kv_pruned: Arc<AtomicU64>,
     timer_stats: Arc<TimerStats>,
     retention_stats: Arc<RetentionStats>,
+    sealed_queues: SealedQueues,
 }
 
 impl Engine {
@@ -209,6 +215,7 @@ impl Engine {
             kv_pruned,
             timer_stats,
             retention_stats,
+            sealed_queues: SealedQueues::default(),
         })
     }
 
@@ -226,6 +233,14 @@ impl Engine {
 
     pub(crate) fn retention_stats_ref(&self) -> &RetentionStats {
         &self.retention_stats
+    }
+
+    pub(crate) fn encryption_key(&self) -> Option<&EncryptionKey> {
+        self.options.encryption_key.as_ref()
+    }
+
+    pub(crate) fn sealed_queues(&self) -> &SealedQueues {
+        &self.sealed_queues
     }
 
     pub(crate) fn retention_batch(&self) -> i32 {
@@ -307,7 +322,9 @@ impl Engine {
         let client = self.pool.get().await?;
         let stmt = client.prepare_cached(sql).await?;
         let row = client.query_one(&stmt, params).await?;
-        Ok(row.try_get::<_, Option<String>>(0)?)
+        drop(client);
+        // Any answer may carry payloads sealed at rest (pops, DLQ, messages).
+        row.try_get::<_, Option<String>>(0)?.map(|text| self.open_sealed(text)).transpose()
     }
 
     pub(crate) async fn call_json(
@@ -323,14 +340,35 @@ impl Engine {
 
     /// Creates or reconfigures a queue; `body` is the configure request JSON.
     pub async fn configure(&self, body: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.configure($1::text::json)::text", &[&body]).await
+        let asks_encryption = serde_json::from_str::<serde_json::Value>(body)
+            .ok()
+            .is_some_and(|v| v["options"]["encryptionEnabled"] == serde_json::Value::Bool(true));
+        if asks_encryption && self.encryption_key().is_none() {
+            let msg = "options.encryptionEnabled needs QUEEN_ENCRYPTION_KEY (64 hex characters) on every \
+                       broker; this broker has none, so the queue was not configured";
+            return Err(EngineError::Rejected {
+                status: 400,
+                body: serde_json::json!({"error": msg, "code": "encryption_key_missing",
+                    "field": "options.encryptionEnabled", "detail": msg})
+                .to_string(),
+            });
+        }
+        let key_id = self.encryption_key().map(EncryptionKey::id);
+        let answer =
+            self.call_json("SELECT queen.configure($1::text::json, $2)::text", &[&body, &key_id]).await?;
+        if let Ok(v) = answer.decode::<serde_json::Value>() {
+            if let (Some(q), Some(on)) = (v["queue"].as_str(), v["options"]["encryptionEnabled"].as_bool()) {
+                self.sealed_queues().set(q, on);
+            }
+        }
+        Ok(answer)
     }
 
     /// One pop attempt; `None` when nothing is deliverable now.
     pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
         Ok(self
             .call(
-                "SELECT queen.pop_api($1, $2, $3, $4, $5, $6, $7, $8, $9)::text",
+                "SELECT queen.pop_api($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
                 &[
                     &req.queue,
                     &req.partition,
@@ -341,6 +379,7 @@ impl Engine {
                     &req.auto_ack,
                     &req.subscription_mode,
                     &req.subscription_from,
+                    &self.encryption_key().map(EncryptionKey::id),
                 ],
             )
             .await?

@@ -39,6 +39,15 @@ pub enum EngineError {
     /// The database answered something this crate does not understand.
     #[error("unexpected database answer: {0}")]
     Protocol(String),
+    /// Encryption at rest cannot be honoured here: no key, or a payload
+    /// this broker's key cannot open (HTTP 500, with this text).
+    #[error("encryption at rest: {0}")]
+    Encryption(String),
+    /// An encrypted queue was sent an unsealed payload: the engine's view of
+    /// which queues are encrypted was stale (these queues). Retried inside
+    /// the engine; a caller sees it only if the flag keeps flipping.
+    #[error("the encryption setting of {0:?} changed; retry")]
+    EncryptionChanged(Vec<String>),
 }
 
 /// The server's message, SQLSTATE and function context; never `detail`,
@@ -66,6 +75,17 @@ impl From<tokio_postgres::Error> for EngineError {
             "QN200" => EngineError::Refused(db.message().to_owned()),
             "QN404" => EngineError::Rejected { status: 404, body: db.message().to_owned() },
             "QN503" => EngineError::Paused(db.message().to_owned()),
+            "QN500" => EngineError::Encryption(db.message().to_owned()),
+            "QN409" => EngineError::EncryptionChanged(
+                serde_json::from_str::<serde_json::Value>(db.message())
+                    .ok()
+                    .and_then(|v| {
+                        v["queues"]
+                            .as_array()
+                            .map(|q| q.iter().filter_map(|x| x.as_str().map(str::to_owned)).collect())
+                    })
+                    .unwrap_or_default(),
+            ),
             // Text PostgreSQL cannot hold: \u0000 or a lone surrogate in a JSON string.
             "22P05" | "22021" | "22P02" => EngineError::UnstorableText(db.message().to_owned()),
             "40001" | "40P01" => EngineError::Conflict(db.message().to_owned()),

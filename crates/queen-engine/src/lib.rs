@@ -27,6 +27,7 @@ mod notifier;
 mod push;
 mod reads;
 mod retention;
+mod sealing;
 mod timers;
 mod transaction;
 mod wire;
@@ -43,6 +44,7 @@ pub use migrate::{migrate, schema_digest, MIGRATIONS};
 pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
 pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PAGE, MAX_FETCH_ENTRIES};
 pub use retention::RetentionStatsSnapshot;
+pub use sealing::{BadKey, EncryptionKey};
 pub use timers::{
     Fired, TimerOp, TimerResult, TimerStatsSnapshot, DEFAULT_TIMER_HORIZON, FIRE_LAG_BOUNDS_MS,
     MAX_TIMER_PAYLOAD_BYTES,

@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0009_queue_options.sql",
         sql: include_str!("../sql/migrations/0009_queue_options.sql"),
     },
+    Migration {
+        version: 10,
+        name: "0010_encryption.sql",
+        sql: include_str!("../sql/migrations/0010_encryption.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -59,6 +59,11 @@ pub(crate) fn decode_item(i: usize, item: &RawValue) -> Result<PushItem, EngineE
         _ => None,
     };
     let payload = f.get("payload").map(|p| (*p).to_owned());
+    // A \u0000 escape could forge the envelope of a sealed payload (sealing.rs);
+    // Queen's jsonb column refuses it too.
+    if payload.as_ref().is_some_and(|p| wire::has_nul_escape(p.get())) {
+        return Err(wire::bad_request(&at(".payload"), "must not contain \\u0000"));
+    }
     Ok(PushItem {
         queue,
         partition: partition.unwrap_or_else(|| DEFAULT_PARTITION.to_owned()),
@@ -134,11 +139,28 @@ impl Engine {
         if items.is_empty() {
             return Ok(Json("[]".into()));
         }
-        if items.len() > BATCH_AT_MOST_ITEMS {
-            return crate::batch::push_call(self.pool(), PushColumns::of(&items), None, &self.announce_fn())
-                .await;
+        match self.push_sealed(&items).await {
+            // A queue's encryption flag changed under our hint: learn it, seal again.
+            Err(EngineError::EncryptionChanged(queues)) => {
+                self.refresh_sealed(&queues).await?;
+                self.push_sealed(&items).await
+            }
+            other => other,
         }
-        self.push_batcher().call(items).await
+    }
+
+    async fn push_sealed(&self, items: &[PushItem]) -> Result<Json, EngineError> {
+        let items = self.seal_items(items)?;
+        if items.len() > BATCH_AT_MOST_ITEMS {
+            return crate::batch::push_call(
+                self.pool(),
+                PushColumns::of(items.iter()),
+                None,
+                &self.announce_fn(),
+            )
+            .await;
+        }
+        self.push_batcher().call(items.into_owned()).await
     }
 }
 

@@ -247,7 +247,8 @@ impl Engine {
         let row = client
             .query_one(&stmt, &[&queues, &partitions, &offsets, &budgets, &call_max, &MAX_RECORDS])
             .await?;
-        Ok(Json(row.try_get(0)?))
+        drop(client);
+        Ok(Json(self.open_sealed(row.try_get(0)?)?))
     }
 
     /// A partitions/changed call given as wire JSON.

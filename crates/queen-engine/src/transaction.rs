@@ -148,15 +148,27 @@ impl Engine {
 
     /// Applies a checked bundle in one commit.
     pub async fn transaction_bundle(&self, bundle: Bundle) -> Result<Json, EngineError> {
+        match self.bundle_sealed(&bundle).await {
+            // Rolled back whole: learn the queue's encryption flag and send it again.
+            Err(EngineError::EncryptionChanged(queues)) => {
+                self.refresh_sealed(&queues).await?;
+                self.bundle_sealed(&bundle).await
+            }
+            other => other,
+        }
+    }
+
+    async fn bundle_sealed(&self, bundle: &Bundle) -> Result<Json, EngineError> {
         if bundle.timers.len() > timers::MAX_OPS_IN_TX {
             return Err(wire::bad_request("timers", "holds more than 64 timer operations"));
         }
         timers::check_ops(&bundle.timers, self.timer_horizon())?;
         let tx_id = uuid::Uuid::new_v4().to_string();
-        let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.into_iter().unzip();
+        let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.iter().cloned().unzip();
+        let items = self.seal_items(&items)?;
         let mut queues: Vec<String> = items.iter().map(|i| i.queue.clone()).collect();
-        let push = PushColumns::of(&items);
-        let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.into_iter().unzip();
+        let push = PushColumns::of(items.iter());
+        let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.iter().cloned().unzip();
         let acks = AckColumns::of(&ack_items);
         let kv = KvColumns::of(&bundle.kv);
         let timer_columns = TimerColumns::of(&bundle.timers);

@@ -95,6 +95,25 @@ impl IntoResponse for ApiError {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 resp
             }
+            ApiError::Engine(EngineError::Encryption(detail)) => {
+                tracing::error!(error = %detail, "encryption at rest");
+                let body = serde_json::json!({
+                    "error": "encryption at rest cannot be honoured by this broker",
+                    "code": "encryption_unavailable",
+                    "detail": detail,
+                });
+                json_response(StatusCode::INTERNAL_SERVER_ERROR, body.to_string())
+            }
+            ApiError::Engine(EngineError::EncryptionChanged(queues)) => {
+                let body = serde_json::json!({
+                    "error": "a queue's encryption setting changed during the call; retry",
+                    "code": "unavailable",
+                    "detail": format!("queues {queues:?}"),
+                });
+                let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp
+            }
             ApiError::Engine(e) => {
                 tracing::error!(error = %e, "internal error");
                 let body = serde_json::json!({

@@ -41,7 +41,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the Queen HTTP API.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Apply the schema migrations and exit.
     Migrate(DbArgs),
     /// Measure the broker against pgbench running our SQL functions and plain SQL, in one run.
@@ -132,6 +132,10 @@ struct ServeArgs {
     /// 403 timer_horizon_exceeded.
     #[arg(long, env = "QUEEN_TIMER_HORIZON_SECONDS", default_value_t = 90 * 24 * 3600)]
     timer_horizon_seconds: u64,
+    /// The key of encryption at rest (queue option encryptionEnabled): 64 hex characters, an
+    /// AES-256 key. Every broker on the database needs the same one.
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
+    encryption_key: Option<String>,
     /// Milliseconds between retention sweeps (queue options retentionSeconds,
     /// completedRetentionSeconds, maxWaitTimeSeconds); 0: this broker sweeps none.
     #[arg(long, env = "QUEEN_RETENTION_SWEEP_INTERVAL_MS", default_value_t = 10_000)]
@@ -236,7 +240,7 @@ fn main() -> anyhow::Result<()> {
     let result = runtime.block_on(async move {
         match command {
             Command::Client(_) => Ok(()),
-            Command::Serve(args) => serve(args).await,
+            Command::Serve(args) => serve(*args).await,
             Command::Bench(args) => queen_bench::run(args).await,
             Command::Migrate(args) => {
                 let db = args
@@ -297,6 +301,12 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         retention_sweep_interval: (args.retention_sweep_interval_ms > 0)
             .then(|| Duration::from_millis(args.retention_sweep_interval_ms)),
         retention_sweep_batch: args.retention_sweep_batch.max(1),
+        encryption_key: args
+            .encryption_key
+            .as_deref()
+            .filter(|k| !k.is_empty())
+            .map(queen_engine::EncryptionKey::from_hex)
+            .transpose()?,
     };
     let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.

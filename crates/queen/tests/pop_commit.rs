@@ -45,7 +45,7 @@ async fn only_a_leasing_pop_of_a_registered_group_commits_without_waiting_for_it
     let wrote = "SELECT queen.kv_put('n', 'k', '1', NULL, true, NULL)";
     assert_eq!(commit_mode_of(&sql, wrote, &pop("g", false)).await, waits);
     // The engine's entry point (pop switch, then pop) in queue mode.
-    let api = "SELECT queen.pop_api('q', 'p', NULL, 1, 1, NULL, false, NULL, NULL)::text";
+    let api = "SELECT queen.pop_api('q', 'p', NULL, 1, 1, NULL, false, NULL, NULL, NULL)::text";
     assert_eq!(commit_mode_of(&sql, "", api).await, waits, "the first pop registers queue mode");
     assert_eq!(commit_mode_of(&sql, "", api).await, leases);
 }

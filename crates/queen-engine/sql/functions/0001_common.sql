@@ -115,3 +115,38 @@ CREATE OR REPLACE FUNCTION queen.id_clock_start(at timestamptz, last bigint) RET
 LANGUAGE sql STABLE AS $$
   SELECT greatest(floor(extract(epoch FROM at) * 1000)::bigint << 12, last + 1)
 $$;
+
+-- Encryption at rest: the engine seals a payload of an encrypted queue as
+-- {"\u0000sealed":"v1.<base64>"} (crates/queen-engine/src/sealing.rs). No
+-- client payload can hold a \u0000 escape (the push decoder refuses it), so
+-- this prefix marks our envelopes only.
+CREATE OR REPLACE FUNCTION queen.is_sealed(payload text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT coalesce(left(payload, 20) = '{"\u0000sealed":"v1.', false)
+$$;
+
+-- Sealed with the key whose fingerprint is p_key_id (the envelope's next
+-- field: {"\u0000sealed":"v1.<key id>.<base64>"}).
+CREATE OR REPLACE FUNCTION queen.sealed_with(payload text, p_key_id text) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT coalesce(left(payload, 29) = '{"\u0000sealed":"v1.' || p_key_id || '.', false)
+$$;
+
+-- A broker whose key is not the queue's (or who has none) may not push to
+-- or pop from an encrypted queue: what it wrote or took no one could read.
+CREATE OR REPLACE FUNCTION queen.encryption_key_mismatch(p_queue text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QN500', MESSAGE =
+    'queue ' || p_queue || ' is encrypted at rest with another key than this broker''s QUEEN_ENCRYPTION_KEY (or this broker has none)';
+END $$;
+
+-- An item bound for an encrypted queue arrived unsealed: the engine's view
+-- of which queues are encrypted is stale. QN409 names the queues; the engine
+-- refreshes its view and sends the call again.
+CREATE OR REPLACE FUNCTION queen.encryption_changed(p_queues text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QN409', MESSAGE = json_build_object(
+    'error', 'encryption_changed', 'queues', p_queues)::text;
+END $$;

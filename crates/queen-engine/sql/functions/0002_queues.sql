@@ -15,11 +15,14 @@ $$;
 
 -- POST /api/v1/configure. Merges: an absent option keeps its stored value;
 -- "mode": "replace" resets every absent option to its default first.
--- An option we store but do not implement is refused unless it carries its
--- default, so nothing is accepted and silently ignored. retryDelay (ms) and
--- ttl (s) default to 0: redeliver at once, never expire.
+-- Every option is enforced. retryDelay (ms) and ttl (s) default to 0:
+-- redeliver at once, never expire. encryptionEnabled is refused by the
+-- engine when the broker has no key (it seals payloads, sealing.rs).
 -- Locks: the queue row (FOR NO KEY UPDATE via UPDATE).
-CREATE OR REPLACE FUNCTION queen.configure(p_body json) RETURNS json
+DROP FUNCTION IF EXISTS queen.configure(json);
+-- p_key_id: the fingerprint of the configuring broker's encryption key; an
+-- encrypted queue keeps the key it was first sealed with (no rotation yet).
+CREATE OR REPLACE FUNCTION queen.configure(p_body json, p_key_id text) RETURNS json
 LANGUAGE plpgsql AS $$
 DECLARE
   v_name text;
@@ -92,9 +95,15 @@ BEGIN
   WHERE id = q.id
   RETURNING * INTO q;
 
-  -- Not implemented yet, so only its default is accepted (see ARCHITECTURE.md).
-  IF q.encryption_enabled THEN
-    PERFORM queen.bad_request('options.encryptionEnabled', 'is not supported yet: must be false');
+  IF q.encryption_enabled AND (v_opts ->> 'encryptionEnabled') = 'true' THEN
+    IF p_key_id IS NULL THEN
+      PERFORM queen.bad_request('options.encryptionEnabled', 'needs QUEEN_ENCRYPTION_KEY on this broker');
+    ELSIF q.encryption_key_id IS NULL THEN
+      UPDATE queen.queues SET encryption_key_id = p_key_id WHERE id = q.id;
+    ELSIF q.encryption_key_id <> p_key_id THEN
+      PERFORM queen.bad_request('options.encryptionEnabled',
+        'is on with another key (id ' || q.encryption_key_id || ') than this broker''s (id ' || p_key_id || ')');
+    END IF;
   END IF;
 
   RETURN json_build_object('configured', true, 'queue', q.name, 'namespace', q.namespace,

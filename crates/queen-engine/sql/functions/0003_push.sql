@@ -22,14 +22,22 @@ DROP FUNCTION IF EXISTS queen.push_api(json);
 DROP FUNCTION IF EXISTS queen.push(json);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[]);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[]);
+DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[]);
 -- p_requests numbers the request each item came from when the engine's push
 -- batcher sends several requests in one call (NULL: one request): maxSize
 -- then judges each request in turn, as if they had come one after another.
 -- p_ids gives an item the message id promised to it earlier (a fired timer);
 -- NULL, or a NULL element, draws a new one.
+-- Encryption at rest: every payload bound for an encryptionEnabled queue
+-- must arrive sealed by the engine with the queue's key (queen.sealed_with);
+-- one sealed with another key raises QN500, an unsealed one QN409
+-- (queen.encryption_changed: the engine's hint was stale, it retries), unless
+-- p_unsealed_ok (fired timers, whose payload the engine checked when it
+-- was scheduled).
 CREATE OR REPLACE FUNCTION queen.push_rows(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
-  p_requests integer[], p_ids uuid[] DEFAULT NULL, OUT result json, OUT queued text[])
+  p_requests integer[], p_ids uuid[] DEFAULT NULL, p_unsealed_ok boolean DEFAULT false,
+  OUT result json, OUT queued text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_txids text[];
@@ -41,6 +49,8 @@ DECLARE
   v_next bigint;
   v_clock bigint;
   v_at timestamptz;
+  v_key_id text;
+  v_unsealed text[];
   v_backlog bigint;
   rq record;
 BEGIN
@@ -57,11 +67,19 @@ BEGIN
   -- queue without maxSize. Three short statements: lock the partition (and
   -- read its offset), then dedup, insert and bump in one.
   IF v_queues[1] = ALL (v_queues) AND v_parts[1] = ALL (v_parts) THEN
-    SELECT p.id, p.next_seq, greatest(now(), p.last_push_at), p.id_clock, q.dedup_window_seconds, q.max_size
-      INTO v_pid, v_next, v_at, v_clock, v_win, v_max_size
+    SELECT p.id, p.next_seq, greatest(now(), p.last_push_at), p.id_clock, q.dedup_window_seconds, q.max_size,
+           CASE WHEN q.encryption_enabled THEN q.encryption_key_id END
+      INTO v_pid, v_next, v_at, v_clock, v_win, v_max_size, v_key_id
       FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
      WHERE q.name = v_queues[1] AND p.name = v_parts[1]
        FOR NO KEY UPDATE OF p;
+    IF v_key_id IS NOT NULL AND NOT p_unsealed_ok
+       AND EXISTS (SELECT 1 FROM unnest(v_payloads) u(pl) WHERE NOT queen.sealed_with(u.pl, v_key_id)) THEN
+      IF EXISTS (SELECT 1 FROM unnest(v_payloads) u(pl) WHERE queen.is_sealed(u.pl)) THEN
+        PERFORM queen.encryption_key_mismatch(v_queues[1]);
+      END IF;
+      PERFORM queen.encryption_changed(ARRAY[v_queues[1]]);
+    END IF;
     IF v_pid IS NOT NULL AND v_max_size = 0 THEN
       v_clock := queen.id_clock_start(v_at, v_clock);
       WITH items AS (
@@ -145,6 +163,19 @@ BEGIN
     WHERE (q.name, p.name) IN (SELECT DISTINCT u.qn, u.pn FROM unnest(v_queues, v_parts) u(qn, pn))
     ORDER BY p.id
     FOR NO KEY UPDATE OF p;
+
+  -- Encryption at rest (see the header).
+  IF NOT p_unsealed_ok THEN
+    SELECT array_agg(DISTINCT u.qn), min(u.qn) FILTER (WHERE queen.is_sealed(u.pl))
+      INTO v_unsealed, v_key_id
+      FROM unnest(v_queues, v_payloads) u(qn, pl) JOIN queen.queues q ON q.name = u.qn
+     WHERE q.encryption_enabled AND NOT queen.sealed_with(u.pl, q.encryption_key_id);
+    IF v_key_id IS NOT NULL THEN
+      PERFORM queen.encryption_key_mismatch(v_key_id);
+    ELSIF v_unsealed IS NOT NULL THEN
+      PERFORM queen.encryption_changed(v_unsealed);
+    END IF;
+  END IF;
 
   -- maxSize: the backlog of the queue-mode cursor may not pass the limit.
   -- Requests are judged in order; a refused one adds nothing to the backlog.

@@ -169,7 +169,9 @@ BEGIN
       v_claimed := v_claimed + 1;
       IF v_first_pid IS NULL THEN
         v_first_pid := v_pid;
-        v_first_name := v_batch[1] ->> 'partition';
+        -- Not v_batch[1] ->> 'partition': parsing a message would choke on
+        -- the \u0000 key of a sealed payload (encryption at rest).
+        SELECT p.name INTO v_first_name FROM queen.partitions p WHERE p.id = v_pid;
       END IF;
       EXIT WHEN v_claimed >= p_partitions OR v_left <= 0;
     END LOOP;

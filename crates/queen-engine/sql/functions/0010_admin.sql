@@ -196,7 +196,7 @@ BEGIN
   SELECT json_build_object('id', m.id, 'transactionId', m.transaction_id, 'partitionId', m.partition_id,
            'queue', q.name, 'partition', p.name, 'queuePath', q.name || '/' || p.name,
            'payload', m.payload, 'traceId', m.trace_id, 'createdAt', queen.iso(m.created_at), 'offset', m.seq,
-           'isEncrypted', false,
+           'isEncrypted', queen.is_sealed(m.payload::text),
            'errorMessage', (SELECT d.error_message FROM queen.dead_letters d
                              WHERE d.partition_id = m.partition_id AND d.seq = m.seq ORDER BY d.id DESC LIMIT 1),
            'queueConfig', json_build_object('leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
@@ -317,14 +317,22 @@ $$;
 -- The entry point of the pop routes: the maintenance switch, then the
 -- operation. A paused pop is simply empty (a paused push is a 503 with
 -- Retry-After, raised by queen.push_rows; clients resend it).
+DROP FUNCTION IF EXISTS queen.pop_api(text, text, text, integer, integer, integer, boolean, text, text);
+-- p_key_id: the fingerprint of this broker's encryption key (NULL: none). An
+-- encrypted queue sealed with another key is refused before anything is
+-- leased or committed, so no pop takes what its broker cannot open.
 CREATE OR REPLACE FUNCTION queen.pop_api(
   p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
-  p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)
+  p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text, p_key_id text)
 RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
   IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
     RETURN NULL;
+  END IF;
+  IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_enabled
+                AND q.encryption_key_id IS DISTINCT FROM p_key_id) THEN
+    PERFORM queen.encryption_key_mismatch(p_queue);
   END IF;
   RETURN queen.pop(p_queue, p_partition, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
                    p_sub_mode, p_sub_from);

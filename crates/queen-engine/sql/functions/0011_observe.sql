@@ -86,9 +86,11 @@ LANGUAGE sql STABLE AS $$
   SELECT json_build_object(
     'traces', coalesce((SELECT json_agg(x.j ORDER BY x.created_at DESC, x.id DESC) FROM (
         SELECT t.created_at, t.id,
-               (queen.trace_json(t)::jsonb || jsonb_build_object('transaction_id', t.transaction_id,
-                  'partition_id', t.partition_id, 'queue_name', q.name, 'partition_name', p.name,
-                  'message_payload', m.payload))::json AS j
+               -- The payload is spliced in as text: a sealed payload (encryption at
+               -- rest) holds a \u0000 key that jsonb refuses, and the engine opens it.
+               (left((queen.trace_json(t)::jsonb || jsonb_build_object('transaction_id', t.transaction_id,
+                  'partition_id', t.partition_id, 'queue_name', q.name, 'partition_name', p.name))::text, -1)
+                || ', "message_payload": ' || coalesce(m.payload::text, 'null') || '}')::json AS j
           FROM queen.message_traces t
           LEFT JOIN queen.partitions p ON p.id = t.partition_id
           LEFT JOIN queen.queues q ON q.id = p.queue_id

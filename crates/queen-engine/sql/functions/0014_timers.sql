@@ -49,6 +49,12 @@ DECLARE
   v_at timestamptz;
   v_inserted boolean;
 BEGIN
+  -- Encryption at rest does not reach timer rows yet (see ARCHITECTURE.md).
+  IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_enabled) THEN
+    RAISE EXCEPTION USING ERRCODE = 'QN400', MESSAGE = json_build_object('error', 'timers_bad_request',
+      'reason', 'timers_encrypted_queue',
+      'detail', 'queue ' || p_queue || ' is encrypted at rest; timers cannot carry its payloads yet')::text;
+  END IF;
   INSERT INTO queen.timers AS x (queue_name, timer_key, partition_name, payload, txn, message_id, deliver_at)
   VALUES (p_queue, p_key, p_partition, p_payload::json, p_txn, queen.uuid_v7(),
           statement_timestamp() + make_interval(secs => p_delay_ms / 1000.0))
@@ -145,7 +151,7 @@ BEGIN
   END IF;
   SELECT x.result, x.queued INTO v_result, queued
     FROM queen.push_rows(v_queues, v_parts, v_txns, array_fill(NULL::text, ARRAY[cardinality(v_queues)]),
-                         v_payloads, NULL, v_ids) x;
+                         v_payloads, NULL, v_ids, true) x;
   WITH outcome AS (
     SELECT r.n, r.x ->> 'status' AS status, r.x ->> 'error' AS error
       FROM json_array_elements(v_result) WITH ORDINALITY r(x, n)

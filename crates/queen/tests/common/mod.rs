@@ -320,7 +320,24 @@ impl TestBroker {
 
     /// A broker on an existing database with its own HTTP settings.
     pub async fn on_with(db: &str, config: ServerConfig) -> Self {
-        let engine = Arc::new(Engine::connect(&db_config(db), EngineOptions::default()).expect("engine"));
+        Self::on_with_engine(db, EngineOptions::default(), config).await
+    }
+
+    /// A broker on an existing database with its own engine options.
+    pub async fn on_with_options(db: &str, options: EngineOptions) -> Self {
+        Self::on_with_engine(db, options, ServerConfig::default()).await
+    }
+
+    /// A broker on a fresh database with its own engine options.
+    pub async fn start_with_options(options: EngineOptions) -> Self {
+        let db = fresh_database().await;
+        let mut b = Self::on_with_options(&db, options).await;
+        b.owns_db = true;
+        b
+    }
+
+    async fn on_with_engine(db: &str, options: EngineOptions, config: ServerConfig) -> Self {
+        let engine = Arc::new(Engine::connect(&db_config(db), options).expect("engine"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (stop, stopped) = oneshot::channel::<()>();

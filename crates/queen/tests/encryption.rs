@@ -1,0 +1,219 @@
+//! Encryption at rest (`encryptionEnabled`): payloads are sealed before
+//! they reach PostgreSQL and opened in every answer that carries them.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use base64::Engine as _;
+use common::{tx_ids, TestBroker};
+use queen_engine::{EncryptionKey, EngineOptions};
+use serde_json::{json, Value};
+
+const KEY: &str = "8f3c2a9b1d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8";
+const OTHER_KEY: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+
+fn with_key(hex: &str) -> EngineOptions {
+    EngineOptions { encryption_key: Some(EncryptionKey::from_hex(hex).unwrap()), ..EngineOptions::default() }
+}
+
+fn secret(n: u32) -> Value {
+    json!({"card": format!("4111-SECRET-{n}"), "amount": 12345678901234567890.25, "tags": ["a", null]})
+}
+
+/// Every stored payload of `queue`, as text, and whether SQL sees it sealed.
+async fn stored(b: &TestBroker, queue: &str) -> Vec<(String, bool)> {
+    b.sql()
+        .await
+        .query(
+            "SELECT coalesce(m.payload::text, ''), queen.is_sealed(m.payload::text)
+               FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+               JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY m.seq",
+            &[&queue],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+#[tokio::test]
+async fn an_encrypted_queue_stores_no_plaintext_and_every_read_opens_it() {
+    let b = TestBroker::start_with_options(with_key(KEY)).await;
+    let conf = b.configure_ok("vault", json!({"encryptionEnabled": true, "retryLimit": 0})).await;
+    assert_eq!(conf["options"]["encryptionEnabled"], true);
+    b.push("vault", "Default", &[("s1", secret(1)), ("s2", secret(2))]).await;
+    b.push_items(json!([{"queue": "vault", "transactionId": "s3"}])).await;
+    // A bundle's push is sealed too.
+    let (status, tx) = b
+        .post(
+            "/api/v1/transaction",
+            &json!({"operations": [{"type": "push", "items": [{"queue": "vault", "transactionId": "s4",
+                                                               "payload": secret(4)}]}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{tx}");
+    assert_eq!(tx["success"], true, "{tx}");
+
+    let rows = stored(&b, "vault").await;
+    assert_eq!(rows.len(), 4);
+    for (text, sealed) in &rows {
+        assert!(sealed, "stored unsealed: {text}");
+        assert!(
+            !text.contains("SECRET") && !text.contains("12345678901234567890"),
+            "plaintext at rest: {text}"
+        );
+    }
+
+    // fetch (reads by offset) opens them.
+    let (status, fetched) = b
+        .post("/api/v1/fetch", &json!({"entries": [{"queue": "vault", "partition": "Default", "offset": 0}]}))
+        .await;
+    assert_eq!(status, 200, "{fetched}");
+    let records = fetched["entries"][0]["records"].as_array().unwrap();
+    assert_eq!(records[0]["payload"], secret(1));
+    assert_eq!(records[2]["payload"], Value::Null);
+
+    // pop opens them, exact digits kept.
+    let (status, popped) = b.get("/api/v1/pop/queue/vault?wait=false&batch=10").await;
+    assert_eq!(status, 200, "{popped}");
+    assert_eq!(tx_ids(&popped), ["s1", "s2", "s3", "s4"]);
+    // Every digit survives the seal (the payload's own text is what is sealed).
+    let (status, _) = b
+        .post_raw(
+            "/api/v1/push",
+            r#"{"items":[{"queue":"vault","partition":"exact","payload":{"n":123456789012345678901234567890.5}}]}"#
+                .to_owned(),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let raw = b
+        .http
+        .get(b.url("/api/v1/pop/queue/vault/partition/exact?wait=false&batch=1"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(raw.contains(r#"{"n":123456789012345678901234567890.5}"#), "{raw}");
+    assert_eq!(popped["messages"][1]["data"], secret(2));
+    assert_eq!(popped["messages"][2]["data"], Value::Null);
+
+    // The message route opens it and says it is encrypted.
+    let pid = popped["messages"][0]["partitionId"].as_str().unwrap().to_owned();
+    let (status, detail) = b.get(&format!("/api/v1/messages/{pid}/s1")).await;
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["payload"], secret(1));
+    assert_eq!(detail["isEncrypted"], true);
+
+    // A dead letter keeps it sealed at rest and shows it opened; a retry
+    // puts it back on the lane still sealed.
+    b.ack(&popped["messages"][0], "failed", None).await;
+    let dlq = b.dlq("vault").await;
+    assert_eq!(dlq["messages"][0]["data"], secret(1), "{dlq}");
+    let dead_text: String =
+        b.sql().await.query_one("SELECT payload::text FROM queen.dead_letters", &[]).await.unwrap().get(0);
+    assert!(!dead_text.contains("SECRET"), "{dead_text}");
+    let (status, retried) = b.post_empty(&format!("/api/v1/messages/{pid}/s1/retry")).await;
+    assert_eq!(status, 200, "{retried}");
+    assert!(stored(&b, "vault").await.iter().all(|(_, sealed)| *sealed));
+}
+
+#[tokio::test]
+async fn encryption_without_a_key_is_refused_and_nothing_is_written() {
+    let b = TestBroker::start().await;
+    let (status, body) = b.configure("vault", json!({"encryptionEnabled": true})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["code"], "encryption_key_missing");
+    assert!(body["error"].as_str().unwrap().contains("QUEEN_ENCRYPTION_KEY"), "{body}");
+    assert_eq!(b.written_rows().await, 0);
+}
+
+#[tokio::test]
+async fn a_broker_without_the_key_or_with_another_refuses_clearly_never_answers_ciphertext() {
+    let b = TestBroker::start_with_options(with_key(KEY)).await;
+    b.configure_ok("vault", json!({"encryptionEnabled": true})).await;
+    b.push("vault", "Default", &[("s1", secret(1))]).await;
+    for (i, options) in [EngineOptions::default(), with_key(OTHER_KEY)].into_iter().enumerate() {
+        let other = TestBroker::on_with_options(&b.db, options).await;
+        for auto_ack in [false, true] {
+            let (status, body) = other
+                .get(&format!(
+                    "/api/v1/pop/queue/vault?wait=false&batch=1&consumerGroup=g{i}&autoAck={auto_ack}"
+                ))
+                .await;
+            assert_eq!(status, 500, "{body}");
+            assert_eq!(body["code"], "encryption_unavailable", "{body}");
+            assert!(body["detail"].as_str().unwrap().contains("QUEEN_ENCRYPTION_KEY"), "{body}");
+        }
+        // Nor can it push into the encrypted queue, or turn encryption on with its key.
+        let (status, body) = other
+            .post("/api/v1/push", &json!({"items": [{"queue": "vault", "transactionId": "x", "payload": 1}]}))
+            .await;
+        assert_eq!(status, 500, "{body}");
+        assert_eq!(body["code"], "encryption_unavailable", "{body}");
+        let (status, body) = other.configure("vault", json!({"encryptionEnabled": true})).await;
+        assert_eq!(status, 400, "{body}");
+    }
+    // The refused pops leased and consumed nothing: the right broker gets the message.
+    for g in ["g0", "g1"] {
+        let popped = b.pop_some("vault", &format!("batch=1&consumerGroup={g}")).await;
+        assert_eq!(popped["messages"][0]["data"], secret(1));
+    }
+    assert!(
+        stored(&b, "vault").await.iter().all(|(_, sealed)| *sealed),
+        "no plaintext ever reached the table"
+    );
+}
+
+#[tokio::test]
+async fn a_broker_that_missed_the_configure_still_seals() {
+    let a = TestBroker::start_with_options(with_key(KEY)).await;
+    let b = TestBroker::on_with_options(&a.db, with_key(KEY)).await;
+    // a learns the queue as plain, then b turns encryption on.
+    a.push("flip", "Default", &[("plain", json!({"v": "PLAIN"}))]).await;
+    b.configure_ok("flip", json!({"encryptionEnabled": true})).await;
+    a.push("flip", "Default", &[("sealed-1", secret(1))]).await;
+    a.push_items(json!((0..40)
+        .map(|i| json!({"queue": "flip", "partition": format!("p{i}"),
+        "transactionId": format!("many-{i}"), "payload": secret(i)}))
+        .collect::<Vec<_>>()))
+        .await;
+    let rows = stored(&a, "flip").await;
+    assert_eq!(rows.len(), 42);
+    assert_eq!(rows.iter().filter(|(_, sealed)| !*sealed).count(), 1, "only the message pushed before");
+    let popped = a.pop_some("flip", "batch=1&partition=Default").await;
+    assert_eq!(popped["messages"][0]["data"], json!({"v": "PLAIN"}));
+}
+
+#[tokio::test]
+async fn payloads_with_a_nul_escape_are_refused_so_no_one_forges_an_envelope() {
+    let b = TestBroker::start().await;
+    let (status, body) = b
+        .post_raw(
+            "/api/v1/push",
+            r#"{"items":[{"queue":"q","payload":{"\u0000sealed":"v1.AAAA"}}]}"#.to_owned(),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("items[0].payload"), "{body}");
+    assert_eq!(b.written_rows().await, 0);
+}
+
+#[tokio::test]
+async fn timers_refuse_an_encrypted_queue_until_they_can_seal() {
+    let b = TestBroker::start_with_options(with_key(KEY)).await;
+    b.configure_ok("vault", json!({"encryptionEnabled": true})).await;
+    let payload = base64::engine::general_purpose::STANDARD.encode(secret(1).to_string());
+    let (status, body) = b
+        .post(
+            "/api/v1/timers",
+            &json!({"operations": [{"op": "schedule", "queue": "vault", "timerKey": "k", "payload": payload,
+                                     "delayMs": 1000}]}),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["reason"], "timers_encrypted_queue");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.timers").await, 0);
+}
