@@ -34,6 +34,7 @@ def pytest_configure(config):
         ("locks", "locks and semaphores (client.locks, client.lock, the guard)"),
         ("reads", "reads by offset (fetch, partitions/changed)"),
         ("timers", "timers (client.timers, the transaction rider)"),
+        ("options", "queue options: order, retryDelay, ttl, encryption, namespace/task pops"),
     ):
         config.addinivalue_line("markers", f"{name}: {doc}")
 

@@ -69,7 +69,27 @@ impl<B: Broker> Queen<B> {
 
     /// A handle on queue `name` (nothing is sent until an operation runs).
     pub fn queue(&self, name: impl Into<String>) -> Queue<B> {
-        Queue { queen: self.clone(), name: name.into(), partition: None, group: None, subscription: None }
+        Queue {
+            queen: self.clone(),
+            name: name.into(),
+            namespace: None,
+            task: None,
+            partition: None,
+            group: None,
+            subscription: None,
+        }
+    }
+
+    /// A handle whose pops span every queue configured with this namespace
+    /// (and, with [`Queue::task`], that task), higher priority first. It
+    /// pops and acks; it cannot push or configure (it names no queue).
+    pub fn namespace(&self, namespace: impl Into<String>) -> Queue<B> {
+        Queue { namespace: Some(namespace.into()), ..self.queue("") }
+    }
+
+    /// A handle whose pops span every queue configured with this task.
+    pub fn task(&self, task: impl Into<String>) -> Queue<B> {
+        Queue { task: Some(task.into()), ..self.queue("") }
     }
 
     /// The KV store.
@@ -186,16 +206,16 @@ pub struct QueueOptions {
     /// Nacks allowed before dead-lettering (N means N+1 deliveries).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_limit: Option<i64>,
-    /// Milliseconds between retries (only 1000 is supported).
+    /// Milliseconds a nacked batch (or one whose lease expired) waits before redelivery; 0 = at once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_delay: Option<i64>,
-    /// Stored only.
+    /// Backlog limit of the queue (0 = none); a push past it is refused per item.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_size: Option<i64>,
-    /// Message TTL seconds (only 3600 is supported).
+    /// Seconds after which an undelivered message is skipped (0 = never).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl: Option<i64>,
-    /// Stored only.
+    /// Order of the queues a namespace or task pop visits (higher first).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub priority: Option<i64>,
     /// Whether exhausted messages go to the DLQ.
@@ -213,6 +233,21 @@ pub struct QueueOptions {
     /// The dedup window of transaction ids, in seconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dedup_window_seconds: Option<i64>,
+    /// Turns on the retention options below.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_enabled: Option<bool>,
+    /// Messages older than this many seconds are deleted, consumed or not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_seconds: Option<i64>,
+    /// Messages every group consumed are deleted after this many seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completed_retention_seconds: Option<i64>,
+    /// Messages still unconsumed after this many seconds are deleted (0 = never).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_wait_time_seconds: Option<i64>,
+    /// Payloads encrypted at rest (the broker needs `QUEEN_ENCRYPTION_KEY`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption_enabled: Option<bool>,
 }
 
 #[derive(Serialize)]
@@ -240,6 +275,9 @@ struct DeleteAnswer {
 pub struct Queue<B> {
     pub(crate) queen: Queen<B>,
     pub(crate) name: String,
+    /// With an empty name: pops span the queues of this namespace / task.
+    pub(crate) namespace: Option<String>,
+    pub(crate) task: Option<String>,
     pub(crate) partition: Option<String>,
     pub(crate) group: Option<String>,
     pub(crate) subscription: Option<Subscription>,
@@ -250,6 +288,8 @@ impl<B> Clone for Queue<B> {
         Queue {
             queen: self.queen.clone(),
             name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            task: self.task.clone(),
             partition: self.partition.clone(),
             group: self.group.clone(),
             subscription: self.subscription.clone(),
@@ -266,6 +306,20 @@ impl<B: Broker> Queue<B> {
     /// The client.
     pub fn queen(&self) -> &Queen<B> {
         &self.queen
+    }
+
+    /// Tags a named queue with a namespace (sent by `configure`); on a
+    /// handle without a name, pops span that namespace's queues.
+    pub fn in_namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = Some(namespace.into());
+        self
+    }
+
+    /// Tags a named queue with a task (sent by `configure`); on a handle
+    /// without a name, narrows its pops to the queues of this task.
+    pub fn task(mut self, task: impl Into<String>) -> Self {
+        self.task = Some(task.into());
+        self
     }
 
     /// Pushes to and pops from this partition only.
@@ -301,7 +355,13 @@ impl<B: Broker> Queue<B> {
         options: &QueueOptions,
         mode: Option<&'static str>,
     ) -> Result<QueueOptions> {
-        let body = ConfigureBody { queue: &self.name, namespace: None, task: None, mode, options };
+        let body = ConfigureBody {
+            queue: &self.name,
+            namespace: self.namespace.as_deref(),
+            task: self.task.as_deref(),
+            mode,
+            options,
+        };
         let body = serde_json::to_string(&body).map_err(|e| Error::decode("configure body", e))?;
         let json = self.queen.broker.configure(&body).await?;
         let answer: ConfigureAnswer = json.decode().map_err(|e| Error::decode("configure answer", e))?;
@@ -396,6 +456,8 @@ impl<B: Broker> Queue<B> {
             auto_ack,
             subscription_mode: mode,
             subscription_from: from,
+            namespace: self.namespace.clone(),
+            task: self.task.clone(),
         }
     }
 

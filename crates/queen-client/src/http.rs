@@ -270,6 +270,7 @@ impl Broker for HttpBroker {
 
     async fn pop(&self, req: &PopRequest, wait: Option<Duration>) -> Result<Option<Json>> {
         let path: Vec<&str> = match &req.partition {
+            _ if req.is_by_tag() => vec!["api", "v1", "pop"],
             Some(p) => vec!["api", "v1", "pop", "queue", &req.queue, "partition", p],
             None => vec!["api", "v1", "pop", "queue", &req.queue],
         };
@@ -281,6 +282,12 @@ impl Broker for HttpBroker {
         ];
         if let Some(g) = &req.consumer_group {
             query.push(("consumerGroup", g.clone()));
+        }
+        if let Some(n) = &req.namespace {
+            query.push(("namespace", n.clone()));
+        }
+        if let Some(t) = &req.task {
+            query.push(("task", t.clone()));
         }
         if req.partitions > 1 {
             query.push(("partitions", req.partitions.to_string()));

@@ -670,7 +670,41 @@ async fn reads_by_offset_take_no_lease<B: Broker>(queen: Queen<B>) {
     assert_eq!(q.pop().batch(10).fetch().await.unwrap().len(), 3, "no cursor moved");
 }
 
+async fn options_round_trip_and_namespace_pops_span_queues<B: Broker>(queen: Queen<B>) {
+    let opts = QueueOptions {
+        retry_delay: Some(250),
+        ttl: Some(3600),
+        retention_enabled: Some(true),
+        retention_seconds: Some(86_400),
+        completed_retention_seconds: Some(600),
+        max_wait_time_seconds: Some(7200),
+        priority: Some(9),
+        ..QueueOptions::default()
+    };
+    let urgent = queen.queue("urgent").in_namespace("billing").task("invoice");
+    let echoed = urgent.configure(&opts).await.unwrap();
+    assert_eq!(echoed.retry_delay, Some(250));
+    assert_eq!(echoed.ttl, Some(3600));
+    assert_eq!(echoed.retention_enabled, Some(true));
+    assert_eq!(echoed.max_wait_time_seconds, Some(7200));
+    assert_eq!(echoed.encryption_enabled, Some(false));
+    let routine = queen.queue("routine").in_namespace("billing").task("invoice");
+    routine.configure(&QueueOptions { priority: Some(1), ..QueueOptions::default() }).await.unwrap();
+    routine.push_batch(&items("low", 1)).await.unwrap();
+    urgent.push_batch(&items("high", 1)).await.unwrap();
+
+    let billing = queen.namespace("billing");
+    let first = billing.pop().batch(10).fetch().await.unwrap();
+    assert_eq!(tx_ids(&first), ["high-0"], "higher priority first");
+    assert_eq!(first[0].queue, "urgent");
+    let second = queen.task("invoice").pop().batch(10).fetch().await.unwrap();
+    assert_eq!(tx_ids(&second), ["low-0"]);
+    assert!(queen.namespace("billing").task("other").pop().fetch().await.unwrap().is_empty());
+    queen.ack(&first[0]).await.unwrap();
+}
+
 both!(
+    options_round_trip_and_namespace_pops_span_queues,
     push_pop_ack_in_order,
     nack_redelivers_then_dead_letters,
     tx_once_and_ack_commit_then_a_second_once_loses,

@@ -112,6 +112,27 @@ pub struct PopRequest {
     pub subscription_mode: Option<String>,
     /// `now` or an ISO timestamp, for a group that registers with this pop.
     pub subscription_from: Option<String>,
+    /// With `queue` empty: pop from the queues carrying this namespace
+    /// (and `task`, when given), higher priority first.
+    pub namespace: Option<String>,
+    /// With `queue` empty: pop from the queues carrying this task.
+    pub task: Option<String>,
+}
+
+impl PopRequest {
+    /// A pop across the queues of a namespace and/or task, not one queue.
+    pub fn is_by_tag(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    /// The long-poll waiters this pop waits with.
+    fn waiter_key(&self) -> &str {
+        if self.is_by_tag() {
+            notifier::ANY_QUEUE
+        } else {
+            &self.queue
+        }
+    }
 }
 
 /// Filters of the DLQ listing.
@@ -366,6 +387,26 @@ impl Engine {
 
     /// One pop attempt; `None` when nothing is deliverable now.
     pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
+        if req.is_by_tag() {
+            return Ok(self
+                .call(
+                    "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
+                    &[
+                        &req.namespace,
+                        &req.task,
+                        &req.consumer_group,
+                        &req.batch,
+                        &req.partitions,
+                        &req.lease_seconds,
+                        &req.auto_ack,
+                        &req.subscription_mode,
+                        &req.subscription_from,
+                        &self.encryption_key().map(EncryptionKey::id),
+                    ],
+                )
+                .await?
+                .map(Json));
+        }
         Ok(self
             .call(
                 "SELECT queen.pop_api($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
@@ -391,7 +432,7 @@ impl Engine {
     /// fallback.
     pub async fn pop_wait(&self, req: &PopRequest, timeout: Duration) -> Result<Option<Json>, EngineError> {
         let deadline = Instant::now() + timeout;
-        let handle = self.waiters.handle(&req.queue);
+        let handle = self.waiters.handle(req.waiter_key());
         let mut shutdown = self.shutdown.subscribe();
         let result = loop {
             let notified = handle.notified();
@@ -419,7 +460,7 @@ impl Engine {
                 _ = shutdown.changed() => break Ok(None),
             }
         };
-        self.waiters.release(&req.queue, handle);
+        self.waiters.release(req.waiter_key(), handle);
         result
     }
 

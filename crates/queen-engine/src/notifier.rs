@@ -24,6 +24,10 @@ const COALESCE: Duration = Duration::from_millis(2);
 /// Payloads stay under PostgreSQL's 8000-byte limit.
 const MAX_PAYLOAD: usize = 7900;
 
+/// The waiters of pops across queues (by namespace or task): woken by a
+/// push to any queue. A queue name cannot hold NUL, so no queue is called this.
+pub(crate) const ANY_QUEUE: &str = "\0any";
+
 /// Long-poll waiters, by queue name.
 #[derive(Default)]
 pub(crate) struct Waiters {
@@ -54,8 +58,15 @@ impl Waiters {
     /// Wakes the waiters of these queues.
     pub(crate) fn wake<'a>(&self, queues: impl IntoIterator<Item = &'a str>) {
         let map = self.by_queue.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut any = false;
         for q in queues {
+            any = true;
             if let Some(n) = map.get(q) {
+                n.notify_waiters();
+            }
+        }
+        if any {
+            if let Some(n) = map.get(ANY_QUEUE) {
                 n.notify_waiters();
             }
         }

@@ -210,3 +210,56 @@ async fn retention_passes_of_two_brokers_remove_each_message_once() {
     assert_eq!(left, 0);
     assert_eq!(x + y + background, 1000, "each message removed once: {x} + {y} + {background}");
 }
+
+async fn configure_tagged(b: &TestBroker, queue: &str, namespace: &str, task: &str, priority: i64) {
+    let (status, body) = b
+        .post(
+            "/api/v1/configure",
+            &json!({"queue": queue, "namespace": namespace, "task": task, "options": {"priority": priority}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn a_namespace_or_task_pop_spans_its_queues_higher_priority_first() {
+    let b = TestBroker::start().await;
+    configure_tagged(&b, "mail-low", "mail", "send", 1).await;
+    configure_tagged(&b, "mail-high", "mail", "send", 10).await;
+    configure_tagged(&b, "mail-bounce", "mail", "bounce", 50).await;
+    configure_tagged(&b, "sms", "sms", "send", 100).await;
+    for q in ["mail-low", "mail-high", "mail-bounce", "sms"] {
+        b.push(q, "Default", &[(&format!("{q}-1"), json!(1))]).await;
+    }
+    let (status, got) = b.get("/api/v1/pop?namespace=mail&task=send&wait=false&batch=5").await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(got["queue"], "mail-high");
+    assert_eq!(tx_ids(&got), ["mail-high-1"]);
+    let (_, got) = b.get("/api/v1/pop?namespace=mail&task=send&wait=false&batch=5").await;
+    assert_eq!(tx_ids(&got), ["mail-low-1"]);
+    let (status, _) = b.get("/api/v1/pop?namespace=mail&task=send&wait=false").await;
+    assert_eq!(status, 204, "both leased: nothing left for namespace mail, task send");
+    // A task alone spans namespaces; the acks of a tag pop are plain acks.
+    let (_, got) = b.get("/api/v1/pop?task=send&wait=false&batch=5").await;
+    assert_eq!(tx_ids(&got), ["sms-1"]);
+    b.ack(&got["messages"][0], "completed", None).await;
+    let (_, got) = b.get("/api/v1/pop?namespace=mail&wait=false&consumerGroup=audit").await;
+    assert_eq!(got["queue"], "mail-bounce", "priority 50 first for a new group");
+}
+
+#[tokio::test]
+async fn a_tag_pop_needs_a_tag_and_long_polls_until_a_push_to_any_queue() {
+    let b = TestBroker::start().await;
+    let (status, body) = b.get("/api/v1/pop?wait=false").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("namespace"), "{body}");
+    configure_tagged(&b, "later", "jobs", "run", 0).await;
+    let api = b.api();
+    let waiting =
+        tokio::spawn(async move { api.get("/api/v1/pop?namespace=jobs&wait=true&timeout=10000").await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.push("later", "Default", &[("woke", json!(1))]).await;
+    let (status, got) = waiting.await.unwrap();
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(tx_ids(&got), ["woke"]);
+}

@@ -337,3 +337,39 @@ BEGIN
   RETURN queen.pop(p_queue, p_partition, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
                    p_sub_mode, p_sub_from);
 END $$;
+
+-- GET /api/v1/pop?namespace=&task=: a pop from the queues carrying that
+-- namespace and/or task (configure sets them). Higher `priority` first;
+-- among equals a random order, so a busy queue cannot starve its peers.
+-- The first queue that delivers answers (its own pop answer); NULL when
+-- none does. An encrypted queue this broker cannot open is skipped.
+CREATE OR REPLACE FUNCTION queen.pop_matching(
+  p_namespace text, p_task text, p_group text, p_batch integer, p_partitions integer,
+  p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text, p_key_id text)
+RETURNS json
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  r record;
+  v_found json;
+BEGIN
+  IF p_namespace IS NULL AND p_task IS NULL THEN
+    PERFORM queen.bad_request('namespace', 'or task is required');
+  END IF;
+  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
+    RETURN NULL;
+  END IF;
+  FOR r IN
+    SELECT q.name FROM queen.queues q
+     WHERE (p_namespace IS NULL OR q.namespace = p_namespace)
+       AND (p_task IS NULL OR q.task = p_task)
+       AND (NOT q.encryption_enabled OR q.encryption_key_id IS NOT DISTINCT FROM p_key_id)
+     ORDER BY q.priority DESC, random()
+  LOOP
+    v_found := queen.pop(r.name, NULL, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
+                         p_sub_mode, p_sub_from);
+    IF v_found IS NOT NULL THEN
+      RETURN v_found;
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END $$;

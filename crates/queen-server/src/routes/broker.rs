@@ -86,7 +86,22 @@ pub(crate) async fn pop_partition(
     pop(app, queue, Some(partition), Params::from(query)?).await
 }
 
+#[utoipa::path(get, path = "/api/v1/pop", tag = "broker", params(PopParams, ("namespace" = Option<String>, Query, description = "Pop from the queues of this namespace"), ("task" = Option<String>, Query, description = "Pop from the queues of this task")), responses((status = 200, description = "Messages of one queue under a lease", body = Object), (status = 204, description = "Nothing to pop"), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn pop_tagged(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
+    pop(app, String::new(), None, Params::from(query)?).await
+}
+
 async fn pop(app: Arc<AppState>, queue: String, partition: Option<String>, p: Params) -> Answer {
+    let (namespace, task) = if queue.is_empty() {
+        let tag = |name| p.str(name).filter(|v| !v.is_empty()).map(str::to_owned);
+        let (namespace, task) = (tag("namespace"), tag("task"));
+        if namespace.is_none() && task.is_none() {
+            return Err(ApiError::bad("namespace", "or task is required to pop without a queue"));
+        }
+        (namespace, task)
+    } else {
+        (None, None)
+    };
     let batch = p.int("batch", 1, 10_000)?.unwrap_or(100);
     let req = PopRequest {
         queue,
@@ -99,6 +114,8 @@ async fn pop(app: Arc<AppState>, queue: String, partition: Option<String>, p: Pa
         auto_ack: p.bool("autoAck")?.unwrap_or(false),
         subscription_mode: p.str("subscriptionMode").map(str::to_owned),
         subscription_from: p.str("subscriptionFrom").map(str::to_owned),
+        namespace,
+        task,
     };
     let wait = p.bool("wait")?.unwrap_or(false);
     let max_wait = app.config.max_wait_ms as i64;

@@ -52,6 +52,7 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(broker::push))
         .routes(routes!(broker::pop_queue))
         .routes(routes!(broker::pop_partition))
+        .routes(routes!(broker::pop_tagged))
         .routes(routes!(broker::ack))
         .routes(routes!(broker::ack_batch))
         .routes(routes!(broker::extend_lease))

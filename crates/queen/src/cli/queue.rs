@@ -308,6 +308,8 @@ pub(crate) async fn pop(ctx: &Ctx, a: PopArgs) -> Outcome {
         auto_ack: a.auto_ack,
         subscription_mode,
         subscription_from,
+        namespace: None,
+        task: None,
     };
     let wait = (a.wait > 0).then(|| Duration::from_secs(a.wait));
     let answer = ctx.broker.pop(&req, wait).await?;
