@@ -35,6 +35,7 @@ def pytest_configure(config):
         ("reads", "reads by offset (fetch, partitions/changed)"),
         ("timers", "timers (client.timers, the transaction rider)"),
         ("options", "queue options: order, retryDelay, ttl, encryption, namespace/task pops"),
+        ("streams", "streams (queen.Stream runner over /streams/v1)"),
     ):
         config.addinivalue_line("markers", f"{name}: {doc}")
 

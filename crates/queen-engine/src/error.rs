@@ -74,6 +74,8 @@ impl From<tokio_postgres::Error> for EngineError {
             "QN413" => EngineError::Rejected { status: 413, body: db.message().to_owned() },
             "QN200" => EngineError::Refused(db.message().to_owned()),
             "QN404" => EngineError::Rejected { status: 404, body: db.message().to_owned() },
+            // A conflict with stored state the caller must resolve (a stream's config hash).
+            "QNC09" => EngineError::Rejected { status: 409, body: db.message().to_owned() },
             "QN503" => EngineError::Paused(db.message().to_owned()),
             "QN500" => EngineError::Encryption(db.message().to_owned()),
             "QN409" => EngineError::EncryptionChanged(

@@ -28,6 +28,7 @@ mod push;
 mod reads;
 mod retention;
 mod sealing;
+mod streams;
 mod timers;
 mod transaction;
 mod wire;
@@ -45,6 +46,10 @@ pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
 pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PAGE, MAX_FETCH_ENTRIES};
 pub use retention::RetentionStatsSnapshot;
 pub use sealing::{BadKey, EncryptionKey};
+pub use streams::{
+    decode_cycle, decode_registration, decode_state_read, Cycle, CycleAck, StateRead, StreamRegistration,
+    MAX_STATE_KEY_BYTES,
+};
 pub use timers::{
     Fired, TimerOp, TimerResult, TimerStatsSnapshot, DEFAULT_TIMER_HORIZON, FIRE_LAG_BOUNDS_MS,
     MAX_TIMER_PAYLOAD_BYTES,

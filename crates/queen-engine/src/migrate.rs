@@ -44,6 +44,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0010_encryption.sql",
         sql: include_str!("../sql/migrations/0010_encryption.sql"),
     },
+    Migration {
+        version: 11,
+        name: "0011_streams.sql",
+        sql: include_str!("../sql/migrations/0011_streams.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.
@@ -63,6 +68,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0013_reads.sql"),
     include_str!("../sql/functions/0014_timers.sql"),
     include_str!("../sql/functions/0015_retention.sql"),
+    include_str!("../sql/functions/0016_streams.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

@@ -37,7 +37,12 @@ pub fn decode_push_items(items: &str) -> Result<Vec<PushItem>, EngineError> {
 
 /// One push item; `i` is its index among the call's items (the 400 names it).
 pub(crate) fn decode_item(i: usize, item: &RawValue) -> Result<PushItem, EngineError> {
-    let at = |field: &str| format!("items[{i}]{field}");
+    decode_item_in("items", i, item)
+}
+
+/// One push item of the list `list` (the 400 names `list[i].field`).
+pub(crate) fn decode_item_in(list: &str, i: usize, item: &RawValue) -> Result<PushItem, EngineError> {
+    let at = |field: &str| format!("{list}[{i}]{field}");
     let f = wire::fields(item).ok_or_else(|| wire::bad_request(&at(""), "must be an object"))?;
     let queue = match f.get("queue") {
         Some(q) if wire::kind(q) == Kind::String => wire::string(q)?,

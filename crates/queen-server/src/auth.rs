@@ -291,10 +291,11 @@ fn is_open(method: &Method, route: Option<&str>) -> bool {
 fn needs_write(method: &Method, route: Option<&str>) -> bool {
     // Reads by offset are POSTs (their entries do not fit a URL) that take
     // no lease and move no cursor: a read token may use them.
-    let reads_by_offset =
-        method == Method::POST && matches!(route, Some("/api/v1/fetch" | "/api/v1/partitions/changed"));
-    let observes = method == Method::GET || method == Method::HEAD || reads_by_offset;
-    !observes || route.is_some_and(|r| r.starts_with("/api/v1/pop/"))
+    // So is a stream's state read.
+    let reads_by_post = method == Method::POST
+        && matches!(route, Some("/api/v1/fetch" | "/api/v1/partitions/changed" | "/streams/v1/state/get"));
+    let observes = method == Method::GET || method == Method::HEAD || reads_by_post;
+    !observes || route.is_some_and(|r| r == "/api/v1/pop" || r.starts_with("/api/v1/pop/"))
 }
 
 /// The token of `Authorization: Bearer <token>`; the scheme name is

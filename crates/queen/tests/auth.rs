@@ -196,6 +196,10 @@ async fn a_static_read_token_observes_and_is_403_on_every_write_route() {
         let (s, _, body) = as_(&b, READ, Method::GET, path, None).await;
         assert_eq!(s, 200, "{path}: {body}");
     }
+    // A stream's state read is a POST that changes nothing.
+    let state = json!({"query_id": "none", "partition_id": "none", "keys": []});
+    let (s, _, body) = as_(&b, READ, Method::POST, "/streams/v1/state/get", Some(state)).await;
+    assert_eq!((s, body["success"].clone()), (200, json!(true)), "{body}");
     let before = b.written_rows().await;
     let refused = [
         (Method::POST, "/api/v1/push", Some(push_body("q", "t2"))),
@@ -205,6 +209,9 @@ async fn a_static_read_token_observes_and_is_403_on_every_write_route() {
         (Method::POST, "/api/v1/kv", Some(json!({"operations": [{"op": "get", "ns": "app", "key": "k"}]}))),
         (Method::PUT, "/api/v1/kv/app/k", Some(json!({"value": 1, "forever": true}))),
         (Method::DELETE, "/api/v1/resources/queues/q", None),
+        (Method::GET, "/api/v1/pop?namespace=ns&wait=false", None),
+        (Method::POST, "/streams/v1/queries", Some(json!({"name": "s", "source_queue": "q", "config_hash": "h"}))),
+        (Method::POST, "/streams/v1/cycle", Some(json!({"query_id": "x", "partition_id": "y"}))),
     ];
     for (method, path, body) in refused {
         let (s, _, answer) = as_(&b, READ, method, path, body).await;

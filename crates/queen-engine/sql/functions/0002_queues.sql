@@ -123,6 +123,7 @@ BEGIN
     RETURN json_build_object('deleted', false, 'queue', p_name, 'existed', false);
   END IF;
   DELETE FROM queen.message_traces t USING queen.partitions p WHERE p.queue_id = v_id AND t.partition_id = p.id;
+  DELETE FROM queen.stream_state s USING queen.partitions p WHERE p.queue_id = v_id AND s.partition_id = p.id;
   DELETE FROM queen.messages m USING queen.partitions p WHERE p.queue_id = v_id AND m.partition_id = p.id;
   DELETE FROM queen.dead_letters WHERE queue_id = v_id;
   DELETE FROM queen.queues WHERE id = v_id;

@@ -8,6 +8,7 @@ mod broker;
 mod kv;
 mod locks;
 mod reads;
+mod streams;
 mod timers;
 
 pub(crate) use kv::kv_failure;
@@ -66,6 +67,9 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(kv::batch))
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
         .routes(routes!(locks::locks))
+        .routes(routes!(streams::register))
+        .routes(routes!(streams::state_get))
+        .routes(routes!(streams::cycle))
         .routes(routes!(reads::fetch))
         .routes(routes!(timers::timers))
         .routes(routes!(timers::list))

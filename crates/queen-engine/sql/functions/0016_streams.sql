@@ -1,0 +1,222 @@
+-- Streams: /streams/v1/queries, /streams/v1/state/get, /streams/v1/cycle.
+-- The engine decodes and checks every request (crates/queen-engine/src/streams.rs);
+-- these functions keep what needs the database: the registry row, the
+-- lease fence on the source cursor, the cursor move, the state rows, and
+-- the pushes of the emits, all in one transaction.
+
+-- A refusal the runner reads as `success: false` (HTTP 200); raised so the
+-- whole cycle rolls back.
+CREATE OR REPLACE FUNCTION queen.stream_refuse(p_error text) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = 'QN200',
+    MESSAGE = json_build_object('success', false, 'error', p_error)::text;
+END $$;
+
+-- POST /streams/v1/queries: an upsert by name. A changed config hash is a
+-- 409 unless p_reset; a reset deletes the query's state and gives the query
+-- a new id, so a runner still on the old config is refused from then on.
+-- The same hash with p_reset keeps everything (answers reset: false).
+CREATE OR REPLACE FUNCTION queen.stream_register(
+  p_name text, p_source text, p_sink text, p_hash text, p_reset boolean) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  r queen.stream_queries;
+  v_old uuid;
+  v_fresh boolean;
+  v_reset boolean := false;
+BEGIN
+  INSERT INTO queen.stream_queries (name, source_queue, sink_queue, config_hash)
+  VALUES (p_name, p_source, p_sink, p_hash)
+  ON CONFLICT (name) DO NOTHING
+  RETURNING * INTO r;
+  v_fresh := r.id IS NOT NULL;
+  IF NOT v_fresh THEN
+    SELECT * INTO r FROM queen.stream_queries WHERE name = p_name FOR NO KEY UPDATE;
+    IF r.config_hash <> p_hash THEN
+      IF NOT p_reset THEN
+        RAISE EXCEPTION USING ERRCODE = 'QNC09', MESSAGE = json_build_object('success', false,
+          'code', 'config_hash_mismatch', 'error', 'config_hash mismatch: query ''' || p_name
+          || ''' is registered with ' || r.config_hash || ', this run has ' || p_hash)::text;
+      END IF;
+      -- The new id first: changing the key waits for cycles in flight (they
+      -- hold KEY SHARE on the row); later cycles with the old id find none.
+      v_old := r.id;
+      UPDATE queen.stream_queries
+         SET id = queen.uuid_v7(), config_hash = p_hash, source_queue = p_source, sink_queue = p_sink,
+             updated_at = now(), reset_at = now()
+       WHERE id = v_old
+      RETURNING * INTO r;
+      DELETE FROM queen.stream_state WHERE query_id = v_old;
+      v_reset := true;
+    ELSIF (r.source_queue, r.sink_queue) IS DISTINCT FROM (p_source, p_sink) THEN
+      UPDATE queen.stream_queries SET source_queue = p_source, sink_queue = p_sink, updated_at = now()
+       WHERE id = r.id;
+    END IF;
+  END IF;
+  RETURN json_build_object('success', true, 'query_id', r.id, 'name', r.name,
+    'config_hash', p_hash, 'fresh', v_fresh, 'reset', v_reset);
+END $$;
+
+-- POST /streams/v1/state/get: the rows of one (query, source partition),
+-- in key (byte) order. Filters AND together: keys (empty = all), a literal
+-- key prefix, and value.windowEnd (a JSON number) at or before a bound.
+CREATE OR REPLACE FUNCTION queen.stream_state_get(
+  p_query uuid, p_partition uuid, p_keys text[], p_prefix text, p_ripe numeric) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('success', true, 'rows', coalesce(json_agg(json_build_object(
+           'key', s.key, 'value', s.value, 'updated_at', queen.iso(s.updated_at)) ORDER BY s.key), '[]'::json))
+    FROM queen.stream_state s
+   WHERE s.query_id = p_query AND s.partition_id = p_partition
+     AND (cardinality(p_keys) = 0 OR s.key = ANY (p_keys))
+     AND (p_prefix IS NULL OR starts_with(s.key, p_prefix))
+     AND (p_ripe IS NULL OR (jsonb_typeof(s.value -> 'windowEnd') = 'number'
+                             AND (s.value ->> 'windowEnd')::numeric <= p_ripe))
+$$;
+
+-- POST /streams/v1/cycle: state ops, the emits' pushes and the ack of the
+-- source messages commit together or not at all. Every refusal raises
+-- (QN200 with the runner's `success: false` answer, or a push's own error),
+-- so nothing of a refused cycle stays.
+--
+-- Locks, in the global order (ARCHITECTURE.md): the query row FOR KEY
+-- SHARE (fences a reset), sink partitions (push_rows), the source cursor
+-- FOR UPDATE, then the state shard's advisory lock (key space 7244) and its
+-- rows. An ack-less cycle (an idle flush) takes no cursor lock.
+--
+-- The ack: the lease on (partition, group) must be exactly a_lease and
+-- live. release_lease commits the whole leased batch; a partial ack
+-- (a gate) commits through the message named by a_txid when it lies in the
+-- leased batch (the runner sorts by (createdAt, id), which is offset order,
+-- migration 0008), else a_count messages from the batch start, and keeps
+-- the lease. A partial ack whose message is already below the cursor is a
+-- replay: it answers success and applies nothing (checked before any write).
+-- Upserts and deletes come collapsed to the last op per key.
+CREATE OR REPLACE FUNCTION queen.stream_cycle(
+  p_query uuid, p_partition uuid, p_group text,
+  u_keys text[], u_values text[], d_keys text[],
+  p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
+  a_present boolean, a_txid text, a_lease text, a_status text, a_count integer, p_release boolean,
+  OUT result json, OUT queued text[])
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_src text;
+  v_push json := '[]'::json;
+  cur record;
+  early record;
+  r record;
+  v_seq bigint;
+  v_next bigint;
+  v_released boolean := false;
+  v_gone integer := 0;
+BEGIN
+  PERFORM 1 FROM queen.stream_queries WHERE id = p_query FOR KEY SHARE;
+  IF NOT FOUND THEN
+    PERFORM queen.stream_refuse('query not found');
+  END IF;
+  SELECT q.name INTO v_src
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+   WHERE p.id = p_partition;
+  IF v_src IS NULL THEN
+    PERFORM queen.stream_refuse('partition not found');
+  END IF;
+
+  IF a_present THEN
+    -- Before any write: a lease that is not ours now never becomes ours.
+    SELECT c.next_seq, c.batch_end INTO early
+      FROM queen.cursors c
+     WHERE c.partition_id = p_partition AND c.consumer_group = p_group
+       AND c.lease_id::text = lower(a_lease) AND c.lease_expires_at > now();
+    IF NOT FOUND THEN
+      PERFORM queen.stream_refuse('invalid or expired lease');
+    END IF;
+    IF NOT p_release AND a_status = 'completed' AND a_txid IS NOT NULL THEN
+      SELECT m.seq INTO v_seq FROM queen.messages m
+       WHERE m.partition_id = p_partition AND m.transaction_id = a_txid AND m.seq < early.batch_end
+       ORDER BY m.seq DESC LIMIT 1;
+      IF v_seq < early.next_seq THEN
+        result := json_build_object('success', true, 'query_id', p_query, 'partition_id', p_partition,
+          'queueName', v_src, 'state_ops_applied', 0, 'push_results', '[]'::json,
+          'ack_result', json_build_object('success', true, 'count', 0, 'lease_released', false,
+                                          'dlq', false),
+          'replayed', true);
+        RETURN;
+      END IF;
+    END IF;
+  END IF;
+
+  IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
+    SELECT x.result, x.queued INTO v_push, queued
+      FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL) x;
+    SELECT e.x AS x INTO r FROM json_array_elements(v_push) e(x) WHERE e.x ->> 'status' <> 'queued' LIMIT 1;
+    IF FOUND THEN
+      PERFORM queen.stream_refuse(coalesce(r.x ->> 'error', 'push item ' || (r.x ->> 'index') || ' was not queued')
+        || '; the cycle rolled back');
+    END IF;
+  END IF;
+
+  IF a_present THEN
+    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end INTO cur
+      FROM queen.cursors c
+     WHERE c.partition_id = p_partition AND c.consumer_group = p_group
+       FOR UPDATE;
+    IF cur.lease_id IS NULL OR cur.lease_expires_at <= now() OR cur.lease_id::text <> lower(a_lease) THEN
+      PERFORM queen.stream_refuse('invalid or expired lease');
+    END IF;
+    IF a_status <> 'completed' THEN
+      v_next := cur.next_seq;
+      v_released := true;
+    ELSIF p_release THEN
+      v_next := cur.batch_end;
+    ELSE
+      v_seq := NULL;
+      IF a_txid IS NOT NULL THEN
+        SELECT m.seq INTO v_seq FROM queen.messages m
+         WHERE m.partition_id = p_partition AND m.transaction_id = a_txid
+           AND m.seq >= cur.next_seq AND m.seq < cur.batch_end
+         ORDER BY m.seq DESC LIMIT 1;
+      END IF;
+      IF v_seq IS NULL AND a_count > 0 THEN
+        SELECT m.seq INTO v_seq FROM queen.messages m
+         WHERE m.partition_id = p_partition AND m.seq >= cur.next_seq AND m.seq < cur.batch_end
+         ORDER BY m.seq OFFSET a_count - 1 LIMIT 1;
+        v_seq := coalesce(v_seq, cur.batch_end - 1);
+      END IF;
+      v_next := coalesce(v_seq + 1, cur.next_seq);
+    END IF;
+    v_released := v_released OR v_next >= cur.batch_end;
+    UPDATE queen.cursors SET next_seq = v_next,
+           lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
+           lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
+           batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END,
+           retry_count = CASE WHEN v_released AND a_status = 'completed' THEN 0 ELSE retry_count END
+     WHERE partition_id = p_partition AND consumer_group = p_group;
+  END IF;
+
+  IF coalesce(array_length(u_keys, 1), 0) + coalesce(array_length(d_keys, 1), 0) > 0 THEN
+    PERFORM pg_advisory_xact_lock(7244, hashtext(p_query::text || E'\x1f' || p_partition::text));
+    IF coalesce(array_length(d_keys, 1), 0) > 0 THEN
+      DELETE FROM queen.stream_state s
+       WHERE s.query_id = p_query AND s.partition_id = p_partition AND s.key = ANY (d_keys);
+      GET DIAGNOSTICS v_gone = ROW_COUNT;
+      -- An idle flush deletes only rows it has just read: a missing one
+      -- means another flush (a replay, or a zombie runner) got there first.
+      IF NOT a_present AND v_gone < array_length(d_keys, 1) THEN
+        PERFORM queen.stream_refuse('stale flush: a state row is already gone; nothing applied');
+      END IF;
+    END IF;
+    INSERT INTO queen.stream_state (query_id, partition_id, key, value)
+    SELECT p_query, p_partition, u.k, u.v::jsonb FROM unnest(u_keys, u_values) u(k, v)
+    ON CONFLICT (query_id, partition_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+  END IF;
+
+  IF v_released THEN
+    queued := array_append(coalesce(queued, '{}'), v_src);
+  END IF;
+  result := json_build_object('success', true, 'query_id', p_query, 'partition_id', p_partition,
+    'queueName', v_src,
+    'state_ops_applied', coalesce(array_length(u_keys, 1), 0) + coalesce(array_length(d_keys, 1), 0),
+    'push_results', v_push,
+    'ack_result', CASE WHEN a_present THEN json_build_object('success', true, 'count', a_count,
+                    'lease_released', v_released, 'dlq', false) END);
+END $$;
