@@ -210,7 +210,11 @@ async fn a_static_read_token_observes_and_is_403_on_every_write_route() {
         (Method::PUT, "/api/v1/kv/app/k", Some(json!({"value": 1, "forever": true}))),
         (Method::DELETE, "/api/v1/resources/queues/q", None),
         (Method::GET, "/api/v1/pop?namespace=ns&wait=false", None),
-        (Method::POST, "/streams/v1/queries", Some(json!({"name": "s", "source_queue": "q", "config_hash": "h"}))),
+        (
+            Method::POST,
+            "/streams/v1/queries",
+            Some(json!({"name": "s", "source_queue": "q", "config_hash": "h"})),
+        ),
         (Method::POST, "/streams/v1/cycle", Some(json!({"query_id": "x", "partition_id": "y"}))),
     ];
     for (method, path, body) in refused {
