@@ -8,7 +8,7 @@ mod common;
 use std::process::Command;
 
 use common::{free_port, TestBroker};
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// What one run of the binary did.
 #[derive(Debug)]
@@ -411,4 +411,61 @@ async fn timer_schedule_peek_list_cancel_and_read_by_offset() {
     let past = queen(&b.base, &["read", "log", "--offset", "9"]).await;
     assert_eq!(past.code, 3, "{past:?}");
     assert!(past.stderr.contains("OFFSET_OUT_OF_RANGE"), "{past:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configure_sets_every_option_and_pop_spans_a_namespace() {
+    let b = TestBroker::start().await;
+    let set = queen(
+        &b.base,
+        &[
+            "--json",
+            "configure",
+            "jobs-a",
+            "--namespace",
+            "jobs",
+            "--task",
+            "run",
+            "--priority",
+            "5",
+            "--retry-delay-ms",
+            "250",
+            "--ttl",
+            "3600",
+            "--retention-seconds",
+            "86400",
+            "--completed-retention-seconds",
+            "600",
+            "--max-wait-seconds",
+            "7200",
+            "--lease-time",
+            "30",
+        ],
+    )
+    .await
+    .ok()
+    .json();
+    let o = &set["options"];
+    assert_eq!(
+        (o["retryDelay"].clone(), o["ttl"].clone(), o["priority"].clone()),
+        (json!(250), json!(3600), json!(5))
+    );
+    assert_eq!((o["retentionEnabled"].clone(), o["retentionSeconds"].clone()), (json!(true), json!(86400)));
+    assert_eq!((o["maxWaitTimeSeconds"].clone(), o["leaseTime"].clone()), (json!(7200), json!(30)));
+    assert_eq!(set["namespace"], "jobs");
+    // Without a key the broker refuses encryption (a 400): the reason on stderr.
+    let refused = queen(&b.base, &["configure", "jobs-a", "--encrypt"]).await;
+    assert_eq!(refused.code, 1, "{refused:?}");
+    assert!(refused.stderr.contains("QUEEN_ENCRYPTION_KEY"), "{refused:?}");
+    let human = queen(&b.base, &["configure", "jobs-a", "--replace"]).await.ok();
+    assert!(human.stdout.contains("retryDelay") && human.stdout.contains("  0"), "{human:?}");
+
+    queen(&b.base, &["configure", "jobs-b", "--namespace", "jobs", "--priority", "1"]).await.ok();
+    queen(&b.base, &["push", "jobs-b", r#"{"n":1}"#]).await.ok();
+    let popped = queen(&b.base, &["--json", "pop", "--namespace", "jobs"]).await.ok().json();
+    assert_eq!(popped["queue"], "jobs-b", "{popped}");
+    let none = queen(&b.base, &["pop", "--namespace", "jobs"]).await.ok();
+    assert!(none.stdout.contains("no messages in namespace jobs"), "{none:?}");
+    let usage = queen(&b.base, &["pop"]).await;
+    assert_eq!(usage.code, 2, "a pop names a queue or a tag: {usage:?}");
 }

@@ -72,8 +72,10 @@ pub(crate) struct ClientArgs {
 pub(crate) enum ClientCommand {
     /// Push JSON messages to a queue (arguments, or a file of JSON lines).
     Push(queue::PushArgs),
-    /// Pop messages from a queue (prints what the ack needs).
+    /// Pop messages from a queue, or from the queues of a namespace/task (prints what the ack needs).
     Pop(queue::PopArgs),
+    /// Create a queue or change its options (merged into the stored ones; --replace resets the rest).
+    Configure(queue::ConfigureArgs),
     /// Acknowledge one message: completed, failed, retry or dlq.
     Ack(queue::AckArgs),
     /// Read and write KV state.
@@ -236,6 +238,7 @@ fn execute(command: ClientCommand, args: ClientArgs) -> Outcome {
         match command {
             ClientCommand::Push(a) => queue::push(&ctx, a).await,
             ClientCommand::Pop(a) => queue::pop(&ctx, a).await,
+            ClientCommand::Configure(a) => queue::configure(&ctx, a).await,
             ClientCommand::Ack(a) => queue::ack(&ctx, a).await,
             ClientCommand::Kv(c) => kv::run(&ctx, c).await,
             ClientCommand::Lock(c) => lock::run(&ctx, c).await,

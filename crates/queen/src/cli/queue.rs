@@ -7,7 +7,8 @@ use std::time::Duration;
 use clap::{ArgGroup, Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use queen_client::{
-    AckResult, Broker, DlqPage, DlqQuery, Message, PopRequest, PushResult, PushStatus, QUEUE_MODE,
+    AckResult, Broker, DlqPage, DlqQuery, Message, PopRequest, PushResult, PushStatus, QueueOptions,
+    QUEUE_MODE,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -258,8 +259,15 @@ async fn push_lines(
 
 #[derive(Args, Debug)]
 pub(crate) struct PopArgs {
-    /// The queue.
-    queue: String,
+    /// The queue (omit it with --namespace or --task to pop across the queues carrying them).
+    #[arg(required_unless_present_any = ["namespace", "task"])]
+    queue: Option<String>,
+    /// Pop from the queues of this namespace (higher priority first).
+    #[arg(long, conflicts_with = "queue")]
+    namespace: Option<String>,
+    /// Pop from the queues of this task.
+    #[arg(long, conflicts_with = "queue")]
+    task: Option<String>,
     /// Only this partition (any free one otherwise).
     #[arg(long, short)]
     partition: Option<String>,
@@ -298,8 +306,18 @@ pub(crate) async fn pop(ctx: &Ctx, a: PopArgs) -> Outcome {
         Some(m @ ("all" | "new")) => (Some(m.to_owned()), None),
         Some(ts) => (None, Some(ts.to_owned())),
     };
+    let target = a.queue.clone().unwrap_or_else(|| {
+        let tags: Vec<String> = [
+            a.namespace.as_ref().map(|n| format!("namespace {n}")),
+            a.task.as_ref().map(|t| format!("task {t}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        tags.join(", ")
+    });
     let req = PopRequest {
-        queue: a.queue.clone(),
+        queue: a.queue.clone().unwrap_or_default(),
         partition: a.partition,
         consumer_group: a.group,
         batch: a.batch.min(i32::MAX as u32) as i32,
@@ -308,8 +326,8 @@ pub(crate) async fn pop(ctx: &Ctx, a: PopArgs) -> Outcome {
         auto_ack: a.auto_ack,
         subscription_mode,
         subscription_from,
-        namespace: None,
-        task: None,
+        namespace: a.namespace,
+        task: a.task,
     };
     let wait = (a.wait > 0).then(|| Duration::from_secs(a.wait));
     let answer = ctx.broker.pop(&req, wait).await?;
@@ -321,7 +339,7 @@ pub(crate) async fn pop(ctx: &Ctx, a: PopArgs) -> Outcome {
         None => Vec::new(),
     };
     if messages.is_empty() {
-        return ctx.out(&format!("no messages in {}\n", a.queue));
+        return ctx.out(&format!("no messages in {target}\n"));
     }
     let mut t = Table::new(["PARTITION", "PARTITION ID", "TRANSACTION ID", "LEASE ID", "DATA"]);
     for m in &messages {
@@ -489,4 +507,99 @@ pub(crate) async fn dlq(ctx: &Ctx, a: DlqArgs) -> Outcome {
     let mut text = t.render();
     text.push_str(&format!("{} of {} dead letters in {}\n", page.messages.len(), page.total, a.queue));
     ctx.out(&text)
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ConfigureArgs {
+    /// The queue (created if it does not exist).
+    queue: String,
+    /// Reset every option not given here to its default (merge otherwise).
+    #[arg(long)]
+    replace: bool,
+    /// Tag the queue with a namespace (pops by namespace span such queues).
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Tag the queue with a task.
+    #[arg(long)]
+    task: Option<String>,
+    /// Seconds a pop's lease lasts.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(1..))]
+    lease_time: Option<i64>,
+    /// Failed deliveries before the head message is dead-lettered.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+    retry_limit: Option<i64>,
+    /// Milliseconds a nacked (or lease-expired) batch waits before redelivery.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(i64).range(0..))]
+    retry_delay_ms: Option<i64>,
+    /// Seconds after which an undelivered message is skipped (0: never).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
+    ttl: Option<i64>,
+    /// Backlog limit (0: none).
+    #[arg(long, value_parser = clap::value_parser!(i64).range(0..))]
+    max_size: Option<i64>,
+    /// Order among the queues of a namespace or task pop (higher first).
+    #[arg(long, allow_negative_numbers = true)]
+    priority: Option<i64>,
+    /// Seconds a message stays hidden after its push.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
+    delayed_processing: Option<i64>,
+    /// Seconds a partition must be quiet before it is delivered.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
+    window_buffer: Option<i64>,
+    /// Delete messages older than this, consumed or not (turns retention on).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
+    retention_seconds: Option<i64>,
+    /// Delete messages every group consumed, after this long (turns retention on).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
+    completed_retention_seconds: Option<i64>,
+    /// Delete messages still unconsumed after this long (0: never).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
+    max_wait_seconds: Option<i64>,
+    /// Encrypt payloads at rest (every broker needs QUEEN_ENCRYPTION_KEY).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true")]
+    encrypt: Option<bool>,
+    /// Keep exhausted messages in the dead-letter queue.
+    #[arg(long, value_name = "BOOL")]
+    dead_letter_queue: Option<bool>,
+    /// How long a transactionId is remembered per partition, in seconds.
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
+    dedup_window_seconds: Option<i64>,
+}
+
+pub(crate) async fn configure(ctx: &Ctx, a: ConfigureArgs) -> Outcome {
+    let retention = a.retention_seconds.is_some() || a.completed_retention_seconds.is_some();
+    let options = QueueOptions {
+        lease_time: a.lease_time,
+        retry_limit: a.retry_limit,
+        retry_delay: a.retry_delay_ms,
+        ttl: a.ttl,
+        max_size: a.max_size,
+        priority: a.priority,
+        delayed_processing: a.delayed_processing,
+        window_buffer: a.window_buffer,
+        retention_enabled: retention.then_some(true),
+        retention_seconds: a.retention_seconds,
+        completed_retention_seconds: a.completed_retention_seconds,
+        max_wait_time_seconds: a.max_wait_seconds,
+        encryption_enabled: a.encrypt,
+        dead_letter_queue: a.dead_letter_queue,
+        dedup_window_seconds: a.dedup_window_seconds,
+        ..QueueOptions::default()
+    };
+    let body = serde_json::json!({
+        "queue": a.queue, "namespace": a.namespace, "task": a.task,
+        "mode": if a.replace { "replace" } else { "merge" }, "options": options,
+    });
+    let answer = ctx.broker.configure(&body.to_string()).await?;
+    if ctx.json {
+        return ctx.out_json(answer.as_str());
+    }
+    let v: serde_json::Value = decode(answer.as_str(), "configure")?;
+    let mut fields: Vec<(&str, String)> = vec![("queue", a.queue.clone())];
+    if let Some(o) = v["options"].as_object() {
+        for (k, val) in o {
+            fields.push((k.as_str(), val.to_string()));
+        }
+    }
+    ctx.out(&super::table::record(&fields))
 }
