@@ -36,6 +36,7 @@ def pytest_configure(config):
         ("timers", "timers (client.timers, the transaction rider)"),
         ("options", "queue options: order, retryDelay, ttl, encryption, namespace/task pops"),
         ("streams", "streams (queen.Stream runner over /streams/v1)"),
+        ("ephemeral", "ephemeral queues (client.ephemeral)"),
     ):
         config.addinivalue_line("markers", f"{name}: {doc}")
 

@@ -103,6 +103,10 @@ pub struct BenchArgs {
     /// (p50, p99, max from due time to the fired message's commit); 0 skips it.
     #[arg(long, default_value_t = 10_000)]
     timers: usize,
+    /// After the sweep, run push + pop + ack round trips for this many seconds on an ephemeral
+    /// queue, then on a durable one, 16 clients each, and report both rates; 0 skips it.
+    #[arg(long, default_value_t = 4)]
+    ephemeral_seconds: u64,
 }
 
 /// One scaling series: the workloads in size order and what the size is.
@@ -695,11 +699,19 @@ async fn run_all(
     bar.finish_and_clear();
     let fire =
         if args.timers > 0 { Some(timer_fire_lag(&run.base, &run.db, args.timers).await?) } else { None };
+    let ephemeral = if args.ephemeral_seconds > 0 {
+        Some(ephemeral_vs_durable(&run.base, Duration::from_secs(args.ephemeral_seconds), 16).await?)
+    } else {
+        None
+    };
     drop(run);
     drop(broker);
     let dir = report.write()?;
     if let Some(fire) = fire {
         std::fs::write(dir.join("timers.json"), serde_json::to_string_pretty(&fire)?)?;
+    }
+    if let Some(eph) = ephemeral {
+        std::fs::write(dir.join("ephemeral.json"), serde_json::to_string_pretty(&eph)?)?;
     }
     println!("\nresults: {}", dir.display());
     Ok(())
@@ -775,4 +787,80 @@ async fn timer_fire_lag(
     );
     Ok(serde_json::json!({"timers": n, "fired": fired, "lag_ms": {"p50": p50, "p99": p99, "max": max},
                           "scheduled_seconds": scheduled_in.as_secs_f64()}))
+}
+
+/// One client's round trips (push one message to its own partition, pop it,
+/// ack it) for `span`, on an ephemeral (`durable` false) or a durable queue.
+async fn round_trips(base: String, client: usize, durable: bool, span: Duration) -> anyhow::Result<u64> {
+    let http = reqwest::Client::new();
+    let partition = format!("p{client}");
+    let deadline = Instant::now() + span;
+    let mut done = 0u64;
+    while Instant::now() < deadline {
+        if durable {
+            let items = serde_json::json!({"items": [{"queue": "bench-durable", "partition": partition, "payload": {"n": done}}]});
+            http.post(format!("{base}/api/v1/push")).json(&items).send().await?.error_for_status()?;
+            let popped: serde_json::Value = http
+                .get(format!(
+                    "{base}/api/v1/pop/queue/bench-durable/partition/{partition}?batch=1&wait=false"
+                ))
+                .send()
+                .await?
+                .json()
+                .await?;
+            let m = &popped["messages"][0];
+            let ack = serde_json::json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                         "leaseId": m["leaseId"], "status": "completed"});
+            http.post(format!("{base}/api/v1/ack")).json(&ack).send().await?.error_for_status()?;
+        } else {
+            let push = serde_json::json!({"queue": "bench-ephemeral", "partition": partition, "messages": [{"payload": {"n": done}}]});
+            http.post(format!("{base}/api/v1/ephemeral/push"))
+                .json(&push)
+                .send()
+                .await?
+                .error_for_status()?;
+            let popped: serde_json::Value = http
+                .get(format!(
+                    "{base}/api/v1/ephemeral/pop?queue=bench-ephemeral&partition={partition}&batch=1"
+                ))
+                .send()
+                .await?
+                .json()
+                .await?;
+            let ack = serde_json::json!({"queue": "bench-ephemeral", "acks": [{"id": popped["messages"][0]["id"]}]});
+            http.post(format!("{base}/api/v1/ephemeral/ack")).json(&ack).send().await?.error_for_status()?;
+        }
+        done += 1;
+    }
+    Ok(done)
+}
+
+/// Push + pop + ack round trips per second on an ephemeral queue and on a
+/// durable one, `clients` at a time, measured back to back in this run.
+async fn ephemeral_vs_durable(
+    base: &str,
+    span: Duration,
+    clients: usize,
+) -> anyhow::Result<serde_json::Value> {
+    let mut rates = Vec::new();
+    for durable in [false, true] {
+        let start = Instant::now();
+        let tasks: Vec<_> =
+            (0..clients).map(|c| tokio::spawn(round_trips(base.to_owned(), c, durable, span))).collect();
+        let mut total = 0u64;
+        for t in tasks {
+            total += t.await??;
+        }
+        rates.push(total as f64 / start.elapsed().as_secs_f64());
+    }
+    println!(
+        "\nephemeral vs durable ({clients} clients, push + pop + ack): ephemeral {:.0}/s, durable {:.0}/s, \
+         ratio {:.2}",
+        rates[0],
+        rates[1],
+        rates[0] / rates[1].max(1e-9)
+    );
+    Ok(serde_json::json!({"clients": clients, "seconds": span.as_secs_f64(),
+                          "ephemeral_per_second": rates[0], "durable_per_second": rates[1],
+                          "ratio": rates[0] / rates[1].max(1e-9)}))
 }

@@ -12,6 +12,7 @@ use tokio_postgres::types::ToSql;
 use crate::batch::{
     self, AckBatcher, BatchKind, BatchSizes, BatchStats, GetBatcher, PushBatcher, WriteBatcher,
 };
+use crate::ephemeral::Ephemeral;
 use crate::notifier::{self, Announcer, Waiters};
 use crate::retention::RetentionStats;
 use crate::sealing::{EncryptionKey, SealedQueues};
@@ -64,6 +65,9 @@ pub struct EngineOptions {
     pub retention_sweep_interval: Option<Duration>,
     /// Messages the retention sweeper deletes per partition and statement.
     pub retention_sweep_batch: i32,
+    /// The URL other brokers send callers of this broker's ephemeral queues
+    /// to (`--advertise-url`); `None`: `http://<hostname>` is recorded.
+    pub advertise_url: Option<String>,
     /// The key of encryption at rest (`QUEEN_ENCRYPTION_KEY`); without it,
     /// encrypted queues can be neither configured nor pushed to nor read.
     pub encryption_key: Option<EncryptionKey>,
@@ -87,6 +91,7 @@ impl Default for EngineOptions {
             retention_sweep_interval: Some(Duration::from_secs(10)),
             retention_sweep_batch: 1000,
             encryption_key: None,
+            advertise_url: None,
         }
     }
 }
@@ -171,6 +176,7 @@ pub struct Engine {
     timer_stats: Arc<TimerStats>,
     retention_stats: Arc<RetentionStats>,
     sealed_queues: SealedQueues,
+    ephemeral: Arc<Ephemeral>,
 }
 
 impl Engine {
@@ -212,6 +218,14 @@ impl Engine {
                 shutdown_rx,
             ));
         }
+        let ephemeral = Arc::new(Ephemeral::new(
+            options.advertise_url.clone().unwrap_or_else(|| "http://localhost:6632".to_owned()),
+        ));
+        tokio::spawn(crate::ephemeral::sweep_ephemeral(
+            pool.clone(),
+            ephemeral.clone(),
+            shutdown.subscribe(),
+        ));
         let batch_stats = Arc::new(BatchStats::default());
         let get_batcher = (options.kv_get_batch_slots > 0)
             .then(|| batch::start_gets(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
@@ -237,6 +251,7 @@ impl Engine {
             timer_stats,
             retention_stats,
             sealed_queues: SealedQueues::default(),
+            ephemeral,
         })
     }
 
@@ -258,6 +273,10 @@ impl Engine {
 
     pub(crate) fn encryption_key(&self) -> Option<&EncryptionKey> {
         self.options.encryption_key.as_ref()
+    }
+
+    pub(crate) fn ephemeral(&self) -> &Ephemeral {
+        &self.ephemeral
     }
 
     pub(crate) fn sealed_queues(&self) -> &SealedQueues {

@@ -49,6 +49,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0011_streams.sql",
         sql: include_str!("../sql/migrations/0011_streams.sql"),
     },
+    Migration {
+        version: 12,
+        name: "0012_ephemeral.sql",
+        sql: include_str!("../sql/migrations/0012_ephemeral.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.
@@ -69,6 +74,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0014_timers.sql"),
     include_str!("../sql/functions/0015_retention.sql"),
     include_str!("../sql/functions/0016_streams.sql"),
+    include_str!("../sql/functions/0017_ephemeral.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

@@ -295,7 +295,11 @@ fn needs_write(method: &Method, route: Option<&str>) -> bool {
     let reads_by_post = method == Method::POST
         && matches!(route, Some("/api/v1/fetch" | "/api/v1/partitions/changed" | "/streams/v1/state/get"));
     let observes = method == Method::GET || method == Method::HEAD || reads_by_post;
-    !observes || route.is_some_and(|r| r == "/api/v1/pop" || r.starts_with("/api/v1/pop/"))
+    // A pop moves cursors and takes leases, ephemeral ones too.
+    !observes
+        || route.is_some_and(|r| {
+            r == "/api/v1/pop" || r.starts_with("/api/v1/pop/") || r == "/api/v1/ephemeral/pop"
+        })
 }
 
 /// The token of `Authorization: Bearer <token>`; the scheme name is

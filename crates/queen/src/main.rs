@@ -132,6 +132,10 @@ struct ServeArgs {
     /// 403 timer_horizon_exceeded.
     #[arg(long, env = "QUEEN_TIMER_HORIZON_SECONDS", default_value_t = 90 * 24 * 3600)]
     timer_horizon_seconds: u64,
+    /// The URL other brokers give callers of the ephemeral queues this broker owns (default
+    /// http://HOST:PORT, with 127.0.0.1 for 0.0.0.0); set it when brokers run on several hosts.
+    #[arg(long, env = "QUEEN_ADVERTISE_URL")]
+    advertise_url: Option<String>,
     /// The key of encryption at rest (queue option encryptionEnabled): 64 hex characters, an
     /// AES-256 key. Every broker on the database needs the same one.
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
@@ -301,6 +305,11 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         retention_sweep_interval: (args.retention_sweep_interval_ms > 0)
             .then(|| Duration::from_millis(args.retention_sweep_interval_ms)),
         retention_sweep_batch: args.retention_sweep_batch.max(1),
+        advertise_url: Some(args.advertise_url.clone().unwrap_or_else(|| {
+            let host =
+                if args.host == "0.0.0.0" || args.host == "::" { "127.0.0.1" } else { args.host.as_str() };
+            format!("http://{host}:{}", args.port)
+        })),
         encryption_key: args
             .encryption_key
             .as_deref()

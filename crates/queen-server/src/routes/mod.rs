@@ -5,6 +5,7 @@
 
 mod admin;
 mod broker;
+mod ephemeral;
 mod kv;
 mod locks;
 mod reads;
@@ -67,6 +68,14 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(kv::batch))
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
         .routes(routes!(locks::locks))
+        .routes(routes!(ephemeral::configure))
+        .routes(routes!(ephemeral::push))
+        .routes(routes!(ephemeral::pop))
+        .routes(routes!(ephemeral::ack))
+        .routes(routes!(ephemeral::reset))
+        .routes(routes!(ephemeral::delete))
+        .routes(routes!(ephemeral::queues))
+        .routes(routes!(ephemeral::depth))
         .routes(routes!(streams::register))
         .routes(routes!(streams::state_get))
         .routes(routes!(streams::cycle))
