@@ -11,7 +11,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use queen_engine::{DbConfig, DlqQuery, Engine, EngineError, EngineOptions, Json, PopRequest};
+use queen_engine::{DbConfig, DlqQuery, Engine, EngineError, EngineOptions, EphemeralPop, Json, PopRequest};
 
 use crate::error::{Error, Result};
 
@@ -81,6 +81,73 @@ pub trait Broker: Send + Sync {
 
     /// The partitions written since a time (`{"entries": [...]}`).
     fn partitions_changed(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// An ephemeral-queue call: `verb` is configure, push, ack or reset; `body` its JSON.
+    fn ephemeral(&self, verb: EphemeralVerb, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Pops from an ephemeral queue (`{queue, messages}`, messages empty when none).
+    fn ephemeral_pop(&self, req: &EphemeralPop) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Deletes an ephemeral queue (`{queue, deleted, declared}`).
+    fn ephemeral_delete(&self, queue: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// The depth of an ephemeral queue; a missing one is an error with code `ephemeral_queue_not_found`.
+    fn ephemeral_depth(&self, queue: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// A streams call (`/streams/v1/*`, the stream runtime's wire): a refused cycle is `Ok`
+    /// with its `success: false` body.
+    fn streams(&self, verb: StreamVerb, body: &str) -> impl Future<Output = Result<Json>> + Send;
+}
+
+/// The body-carrying ephemeral-queue calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EphemeralVerb {
+    /// `POST /api/v1/ephemeral/configure`.
+    Configure,
+    /// `POST /api/v1/ephemeral/push`.
+    Push,
+    /// `POST /api/v1/ephemeral/ack`.
+    Ack,
+    /// `POST /api/v1/ephemeral/reset`.
+    Reset,
+}
+
+impl EphemeralVerb {
+    fn path(self) -> &'static str {
+        match self {
+            EphemeralVerb::Configure => "configure",
+            EphemeralVerb::Push => "push",
+            EphemeralVerb::Ack => "ack",
+            EphemeralVerb::Reset => "reset",
+        }
+    }
+}
+
+/// The streams calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamVerb {
+    /// `POST /streams/v1/queries`: register a query.
+    Register,
+    /// `POST /streams/v1/state/get`: read a query's state.
+    State,
+    /// `POST /streams/v1/cycle`: commit a cycle.
+    Cycle,
+}
+
+impl StreamVerb {
+    pub(crate) fn path(self) -> &'static [&'static str] {
+        match self {
+            StreamVerb::Register => &["streams", "v1", "queries"],
+            StreamVerb::State => &["streams", "v1", "state", "get"],
+            StreamVerb::Cycle => &["streams", "v1", "cycle"],
+        }
+    }
+}
+
+impl EphemeralVerb {
+    pub(crate) fn wire(self) -> [&'static str; 4] {
+        ["api", "v1", "ephemeral", self.path()]
+    }
 }
 
 /// The broker inside this process: the engine's SQL calls, no HTTP.
@@ -189,5 +256,38 @@ impl Broker for EmbeddedBroker {
 
     async fn partitions_changed(&self, body: &str) -> Result<Json> {
         Ok(self.engine.partitions_changed(body).await?)
+    }
+
+    async fn ephemeral(&self, verb: EphemeralVerb, body: &str) -> Result<Json> {
+        Ok(match verb {
+            EphemeralVerb::Configure => self.engine.ephemeral_configure(body).await?,
+            EphemeralVerb::Push => self.engine.ephemeral_push(body).await?,
+            EphemeralVerb::Ack => self.engine.ephemeral_ack(body).await?,
+            EphemeralVerb::Reset => self.engine.ephemeral_reset(body).await?,
+        })
+    }
+
+    async fn ephemeral_pop(&self, req: &EphemeralPop) -> Result<Json> {
+        Ok(self.engine.ephemeral_pop(req).await?)
+    }
+
+    async fn ephemeral_delete(&self, queue: &str) -> Result<Json> {
+        Ok(self.engine.ephemeral_delete(queue).await?)
+    }
+
+    async fn ephemeral_depth(&self, queue: &str) -> Result<Json> {
+        Ok(self.engine.ephemeral_depth(queue, None).await?)
+    }
+
+    async fn streams(&self, verb: StreamVerb, body: &str) -> Result<Json> {
+        let answer = match verb {
+            StreamVerb::Register => self.engine.stream_register(body).await,
+            StreamVerb::State => self.engine.stream_state(body).await,
+            StreamVerb::Cycle => self.engine.stream_cycle(body).await,
+        };
+        match answer {
+            Err(EngineError::Refused(body)) => Ok(Json(body)),
+            other => Ok(other?),
+        }
     }
 }

@@ -107,6 +107,11 @@ impl<B: Broker> Queen<B> {
         crate::timers::Timers::new(self.clone())
     }
 
+    /// An ephemeral queue: in the owning broker's memory, lost on its restart.
+    pub fn ephemeral(&self, name: impl Into<String>) -> crate::ephemeral::EphemeralQueue<B> {
+        crate::ephemeral::EphemeralQueue::new(self.clone(), name.into())
+    }
+
     /// Reads by offset: no lease, no cursor moved.
     pub fn reads(&self) -> crate::reads::Reads<B> {
         crate::reads::Reads::new(self.clone())

@@ -9,10 +9,10 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use queen_engine::{DlqQuery, Json, PopRequest};
+use queen_engine::{DlqQuery, EphemeralPop, Json, PopRequest};
 use reqwest::{Method, Url};
 
-use crate::broker::Broker;
+use crate::broker::{Broker, EphemeralVerb, StreamVerb};
 use crate::error::{Error, Result};
 
 /// When and how often a failed request is sent again.
@@ -389,5 +389,42 @@ impl Broker for HttpBroker {
     async fn partitions_changed(&self, body: &str) -> Result<Json> {
         self.json(self.call(Method::POST, &["api", "v1", "partitions", "changed"], Some(body.to_owned())))
             .await
+    }
+
+    async fn ephemeral(&self, verb: EphemeralVerb, body: &str) -> Result<Json> {
+        let path = verb.wire();
+        self.json(self.call(Method::POST, &path, Some(body.to_owned()))).await
+    }
+
+    async fn ephemeral_pop(&self, req: &EphemeralPop) -> Result<Json> {
+        let path = ["api", "v1", "ephemeral", "pop"];
+        let mut query = vec![("queue", req.queue.clone()), ("batch", req.batch.to_string())];
+        if let Some(p) = &req.partition {
+            query.push(("partition", p.clone()));
+        }
+        if let Some(g) = &req.group {
+            query.push(("group", g.clone()));
+        }
+        if req.auto_ack {
+            query.push(("autoAck", "true".into()));
+        }
+        if let Some(w) = req.wait {
+            query.push(("wait", "true".into()));
+            query.push(("timeout", w.as_millis().to_string()));
+        }
+        let timeout = self.timeout + req.wait.unwrap_or_default();
+        self.json(Call { method: Method::GET, path: &path, query, body: None, timeout }).await
+    }
+
+    async fn ephemeral_delete(&self, queue: &str) -> Result<Json> {
+        self.json(self.call(Method::DELETE, &["api", "v1", "ephemeral", "queue", queue], None)).await
+    }
+
+    async fn ephemeral_depth(&self, queue: &str) -> Result<Json> {
+        self.json(self.call(Method::GET, &["api", "v1", "ephemeral", "queues", queue, "depth"], None)).await
+    }
+
+    async fn streams(&self, verb: StreamVerb, body: &str) -> Result<Json> {
+        self.json(self.call(Method::POST, verb.path(), Some(body.to_owned()))).await
     }
 }

@@ -42,6 +42,7 @@ mod broker;
 mod buffer;
 mod client;
 mod consume;
+mod ephemeral;
 mod error;
 mod http;
 mod kv;
@@ -52,10 +53,11 @@ mod state;
 mod timers;
 mod tx;
 
-pub use broker::{Broker, EmbeddedBroker};
+pub use broker::{Broker, EmbeddedBroker, EphemeralVerb, StreamVerb};
 pub use buffer::{Buffer, BufferOptions};
 pub use client::{Pop, Queen, Queue, QueueOptions, Subscription, DEFAULT_STATE_NS};
 pub use consume::{ConsumeStats, Consumer, HandlerError, StopSignal};
+pub use ephemeral::{AckOutcome, EphemeralMessage, EphemeralOptions, EphemeralPop, EphemeralQueue};
 pub use error::{Error, Result};
 pub use http::{HttpBroker, HttpConfig, RetryPolicy};
 pub use kv::{

@@ -703,7 +703,34 @@ async fn options_round_trip_and_namespace_pops_span_queues<B: Broker>(queen: Que
     queen.ack(&first[0]).await.unwrap();
 }
 
+async fn ephemeral_queues_push_pop_ack_and_fan_out<B: Broker>(queen: Queen<B>) {
+    let q = queen.ephemeral(format!("eph-{}", std::process::id()));
+    q.configure(&queen_client::EphemeralOptions { retry_limit: Some(2), ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!(q.push(&[json!({"n": 1}), json!({"n": 2})]).await.unwrap(), 2);
+    let a = q.clone().group("a").pop(10, None, false).await.unwrap();
+    let b = q.clone().group("b").pop(10, None, false).await.unwrap();
+    assert_eq!(a.len(), 2);
+    assert_eq!(
+        b.iter().map(|m| m.json::<Value>().unwrap()).collect::<Vec<_>>(),
+        [json!({"n": 1}), json!({"n": 2})]
+    );
+    let outcomes = q.clone().group("a").ack(&a[..1], false).await.unwrap();
+    assert_eq!(outcomes[0].outcome, "redelivered");
+    let again = q.clone().group("a").pop(1, None, false).await.unwrap();
+    assert_eq!((again[0].id.clone(), again[0].attempts), (a[0].id.clone(), 2));
+    assert_eq!(
+        q.clone().group("b").ack(&b, true).await.unwrap().iter().filter(|o| o.outcome == "acked").count(),
+        2
+    );
+    assert_eq!(q.depth().await.unwrap()["groups"].as_array().unwrap().len(), 2, "groups a and b");
+    assert!(q.delete().await.unwrap());
+    assert!(q.depth().await.is_err(), "a deleted queue is not found");
+}
+
 both!(
+    ephemeral_queues_push_pop_ack_and_fan_out,
     options_round_trip_and_namespace_pops_span_queues,
     push_pop_ack_in_order,
     nack_redelivers_then_dead_letters,

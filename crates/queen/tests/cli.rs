@@ -469,3 +469,25 @@ async fn configure_sets_every_option_and_pop_spans_a_namespace() {
     let usage = queen(&b.base, &["pop"]).await;
     assert_eq!(usage.code, 2, "a pop names a queue or a tag: {usage:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ephemeral_push_pop_ack_depth_and_delete() {
+    let b = TestBroker::start().await;
+    queen(&b.base, &["ephemeral", "configure", "inbox", "--max-length", "10", "--retry-limit", "3"])
+        .await
+        .ok();
+    let pushed = queen(&b.base, &["ephemeral", "push", "inbox", r#"{"n":1}"#, r#""two""#]).await.ok().json();
+    assert_eq!(pushed["pushed"], 2);
+    let table = queen(&b.base, &["ephemeral", "pop", "inbox", "--batch", "1"]).await.ok();
+    assert!(table.stdout.contains("ID") && table.stdout.contains(r#"{"n":1}"#), "{table:?}");
+    let popped = queen(&b.base, &["--json", "ephemeral", "pop", "inbox"]).await.ok().json();
+    let id = popped["messages"][0]["id"].as_str().unwrap().to_owned();
+    let acked = queen(&b.base, &["ephemeral", "ack", "inbox", &id]).await.ok().json();
+    assert_eq!(acked["results"][0]["outcome"], "acked");
+    let depth = queen(&b.base, &["ephemeral", "depth", "inbox"]).await.ok().json();
+    assert_eq!(depth["queue"], "inbox");
+    assert_eq!(queen(&b.base, &["ephemeral", "delete", "inbox"]).await.ok().json()["deleted"], true);
+    let missing = queen(&b.base, &["ephemeral", "depth", "inbox"]).await;
+    assert_ne!(missing.code, 0, "{missing:?}");
+    assert!(missing.stderr.contains("ephemeral_queue_not_found"), "{missing:?}");
+}

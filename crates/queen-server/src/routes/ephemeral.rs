@@ -24,7 +24,7 @@ fn metered(route: &'static str) {
 }
 
 /// `POST /api/v1/ephemeral/configure`.
-#[utoipa::path(post, path = "/api/v1/ephemeral/configure", tag = "ephemeral", request_body = Object, responses((status = 201, description = "The declared options", body = Object), (status = 400, description = "Bad options", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/ephemeral/configure", tag = "ephemeral", request_body = Object, responses((status = 201, description = "The declared options", body = Object), (status = 400, description = "Bad options", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable (the owner is looked up there); Retry-After", body = ErrorBody)))]
 pub(crate) async fn configure(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     metered("configure");
     Ok(json_response(StatusCode::CREATED, app.engine.ephemeral_configure(json_body(&body)?).await?.0))
@@ -38,7 +38,7 @@ pub(crate) async fn push(State(app): State<Arc<AppState>>, body: Body) -> Answer
 }
 
 /// `GET /api/v1/ephemeral/pop?queue=&partition=&batch=&wait=&timeout=&group=&autoAck=`.
-#[utoipa::path(get, path = "/api/v1/ephemeral/pop", tag = "ephemeral", responses((status = 200, description = "{queue, messages: [{id, partition, payload, attempts}]} (empty: messages [])", body = Object), (status = 400, description = "Bad input", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/ephemeral/pop", tag = "ephemeral", responses((status = 200, description = "{queue, messages: [{id, partition, payload, attempts}]} (empty: messages [])", body = Object), (status = 400, description = "Bad input", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable (the owner is looked up there); Retry-After", body = ErrorBody)))]
 pub(crate) async fn pop(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
     metered("pop");
     let p = Params::from(query)?;
@@ -58,21 +58,21 @@ pub(crate) async fn pop(State(app): State<Arc<AppState>>, query: QueryMap) -> An
 }
 
 /// `POST /api/v1/ephemeral/ack`.
-#[utoipa::path(post, path = "/api/v1/ephemeral/ack", tag = "ephemeral", request_body = Object, responses((status = 200, description = "{results: [{id, outcome: acked|redelivered|stale|unknown}]}", body = Object), (status = 400, description = "Bad input", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/ephemeral/ack", tag = "ephemeral", request_body = Object, responses((status = 200, description = "{results: [{id, outcome: acked|redelivered|stale|unknown}]}", body = Object), (status = 400, description = "Bad input", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable (the owner is looked up there); Retry-After", body = ErrorBody)))]
 pub(crate) async fn ack(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     metered("ack");
     Ok(json_response(StatusCode::OK, app.engine.ephemeral_ack(json_body(&body)?).await?.0))
 }
 
 /// `POST /api/v1/ephemeral/reset`.
-#[utoipa::path(post, path = "/api/v1/ephemeral/reset", tag = "ephemeral", request_body = Object, responses((status = 200, description = "{queue, dropped}", body = Object), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody)))]
+#[utoipa::path(post, path = "/api/v1/ephemeral/reset", tag = "ephemeral", request_body = Object, responses((status = 400, description = "Bad input", body = ErrorBody), (status = 200, description = "{queue, dropped}", body = Object), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable (the owner is looked up there); Retry-After", body = ErrorBody)))]
 pub(crate) async fn reset(State(app): State<Arc<AppState>>, body: Body) -> Answer {
     metered("reset");
     Ok(json_response(StatusCode::OK, app.engine.ephemeral_reset(json_body(&body)?).await?.0))
 }
 
 /// `DELETE /api/v1/ephemeral/queue/:queue`.
-#[utoipa::path(delete, path = "/api/v1/ephemeral/queue/{queue}", tag = "ephemeral", params(("queue" = String, Path)), responses((status = 200, description = "{queue, deleted, declared}", body = Object), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody)))]
+#[utoipa::path(delete, path = "/api/v1/ephemeral/queue/{queue}", tag = "ephemeral", params(("queue" = String, Path)), responses((status = 400, description = "Bad input", body = ErrorBody), (status = 200, description = "{queue, deleted, declared}", body = Object), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable (the owner is looked up there); Retry-After", body = ErrorBody)))]
 pub(crate) async fn delete(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
     metered("delete");
     Ok(json_response(StatusCode::OK, app.engine.ephemeral_delete(&queue).await?.0))
@@ -85,7 +85,7 @@ pub(crate) async fn queues(State(app): State<Arc<AppState>>) -> Answer {
 }
 
 /// `GET /api/v1/ephemeral/queues/:queue/depth`.
-#[utoipa::path(get, path = "/api/v1/ephemeral/queues/{queue}/depth", tag = "ephemeral", params(("queue" = String, Path)), responses((status = 200, description = "pending, bytes, partitions, groups", body = Object), (status = 404, description = "ephemeral_queue_not_found", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/v1/ephemeral/queues/{queue}/depth", tag = "ephemeral", params(("queue" = String, Path)), responses((status = 400, description = "Bad input", body = ErrorBody), (status = 200, description = "pending, bytes, partitions, groups", body = Object), (status = 404, description = "ephemeral_queue_not_found", body = ErrorBody), (status = 421, description = "Another broker owns the queue (owner)", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable (the owner is looked up there); Retry-After", body = ErrorBody)))]
 pub(crate) async fn depth(
     State(app): State<Arc<AppState>>,
     Path(queue): Path<String>,

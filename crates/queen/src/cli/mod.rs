@@ -16,6 +16,7 @@
 //! stays in `main.rs`, this module has its own [`Failure`].
 
 mod admin;
+mod ephemeral;
 mod kv;
 mod lock;
 mod queue;
@@ -89,6 +90,9 @@ pub(crate) enum ClientCommand {
     Timer(timer::TimerCommand),
     /// Read a partition by offset (no lease taken, no cursor moved).
     Read(read::ReadArgs),
+    /// Ephemeral queues (in the owning broker's memory): configure, push, pop, ack, depth, reset, delete.
+    #[command(subcommand)]
+    Ephemeral(ephemeral::EphemeralCommand),
     /// List the queues with their message counts.
     Queues,
     /// List the dead letters of a queue.
@@ -244,6 +248,7 @@ fn execute(command: ClientCommand, args: ClientArgs) -> Outcome {
             ClientCommand::Lock(c) => lock::run(&ctx, c).await,
             ClientCommand::Timer(c) => timer::run(&ctx, c).await,
             ClientCommand::Read(a) => read::run(&ctx, a).await,
+            ClientCommand::Ephemeral(c) => ephemeral::run(&ctx, c).await,
             ClientCommand::Queues => admin::queues(&ctx).await,
             ClientCommand::Dlq(a) => queue::dlq(&ctx, a).await,
             ClientCommand::Status => admin::status(&ctx).await,
