@@ -45,7 +45,7 @@ const SWEEP_EVERY: Duration = Duration::from_millis(250);
 const IDLE_FORGET: Duration = Duration::from_secs(300);
 /// How long a non-owner remembers who the owner is.
 const OWNER_CACHE: Duration = Duration::from_secs(2);
-const SEQ_STRIDE: u64 = 1 << 28;
+const SEQ_STRIDE: u64 = 1 << 40;
 
 /// The options of an ephemeral queue, as configured (defaults otherwise).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -246,6 +246,8 @@ struct Queue {
     /// Dropped by bounds (dropOldest), ttl, retryLimit.
     drops: [u64; 3],
     touched: Instant,
+    /// When this broker claimed it (a heartbeat only judges older claims).
+    claimed: Instant,
     wake: Arc<Notify>,
 }
 
@@ -260,6 +262,7 @@ impl Queue {
             len: 0,
             drops: [0; 3],
             touched: Instant::now(),
+            claimed: Instant::now(),
             wake: Arc::new(Notify::new()),
         }
     }
@@ -439,6 +442,8 @@ impl Engine {
             return Ok(Owner::Missing);
         }
         st.elsewhere.remove(queue);
+        // Claimed again before the heartbeat deleted its row: keep the row.
+        st.forgotten.retain(|q| q != queue);
         if !st.queues.contains_key(queue) {
             let declared = options.is_some();
             let cfg = match options.as_deref().map(serde_json::from_str::<&RawValue>) {
@@ -533,8 +538,31 @@ impl Engine {
                 known.iter().map(|g| (g.clone(), Group { next: base, ..Group::default() })).collect();
             Ring { msgs: VecDeque::new(), next_seq: base, bytes: 0, groups }
         });
+        // Refuse before evicting anything: a refused push changes nothing.
+        let fits_after_evicting_ring = q.bytes - ring.bytes + add_bytes <= q.cfg.max_bytes
+            && q.len - ring.msgs.len() as u64 + add_len <= q.cfg.max_length;
+        let full = q.bytes + add_bytes > q.cfg.max_bytes || q.len + add_len > q.cfg.max_length;
+        if full && !(q.cfg.drop_oldest && fits_after_evicting_ring) {
+            *held = held.saturating_sub(before - q.bytes);
+            return Err(reject(
+                429,
+                "queue_full",
+                &format!(
+                    "ephemeral queue {queue} is full (maxBytes {}, maxLength {})",
+                    q.cfg.max_bytes, q.cfg.max_length
+                ),
+            ));
+        }
+        if held.saturating_sub(before - q.bytes) + add_bytes > BROKER_BYTES {
+            *held = held.saturating_sub(before - q.bytes);
+            return Err(reject(
+                503,
+                "ephemeral_unavailable",
+                "this broker's ephemeral memory is full; retry later",
+            ));
+        }
         while q.bytes + add_bytes > q.cfg.max_bytes || q.len + add_len > q.cfg.max_length {
-            if !q.cfg.drop_oldest || ring.msgs.is_empty() {
+            if ring.msgs.is_empty() {
                 *held = held.saturating_sub(before - q.bytes);
                 return Err(reject(
                     429,
@@ -558,14 +586,6 @@ impl Engine {
             }
         }
         let released = before - q.bytes;
-        if held.saturating_sub(released) + add_bytes > BROKER_BYTES {
-            *held = held.saturating_sub(released);
-            return Err(reject(
-                503,
-                "ephemeral_unavailable",
-                "this broker's ephemeral memory is full; retry later",
-            ));
-        }
         for p in payloads {
             ring.msgs.push_back(Msg { seq: ring.next_seq, payload: p, at: now });
             ring.next_seq += 1;
@@ -595,6 +615,8 @@ impl Engine {
         if expire(q, now) {
             q.wake.notify_waiters();
         }
+        *held = held.saturating_sub(before - q.bytes);
+        let before = q.bytes;
         let group = group_name(p.group.as_deref()).to_owned();
         if q.known_groups.insert(group.clone()) {
             for ring in q.rings.values_mut() {
@@ -698,6 +720,13 @@ impl Engine {
                 return Ok(Json(format!(r#"{{"queue":{queue},"messages":[{messages}]}}"#)));
             }
             let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
+                // At the deadline a window gives way: whatever is there goes.
+                if deadline.is_some() {
+                    if let (Some(messages), _) = self.ephemeral_take(p, false)? {
+                        let queue = serde_json::to_string(&p.queue).unwrap_or_default();
+                        return Ok(Json(format!(r#"{{"queue":{queue},"messages":[{messages}]}}"#)));
+                    }
+                }
                 return Ok(Json(json!({"queue": p.queue, "messages": []}).to_string()));
             };
             // Re-checks for lease expiry, ttl and windows as well as pushes.
@@ -990,6 +1019,7 @@ pub(crate) async fn sweep_ephemeral(
 
 async fn heartbeat(pool: &deadpool_postgres::Pool, eph: &Ephemeral) -> Result<(), EngineError> {
     let forgotten = std::mem::take(&mut eph.lock().forgotten);
+    let sent = Instant::now();
     let client = pool.get().await?;
     if !forgotten.is_empty() {
         let stmt = client
@@ -1008,7 +1038,12 @@ async fn heartbeat(pool: &deadpool_postgres::Pool, eph: &Ephemeral) -> Result<()
     drop(client);
     let still: std::collections::HashSet<String> = rows.iter().filter_map(|r| r.try_get(0).ok()).collect();
     let mut st = eph.lock();
-    let lost: Vec<String> = st.queues.keys().filter(|q| !still.contains(*q)).cloned().collect();
+    let lost: Vec<String> = st
+        .queues
+        .iter()
+        .filter(|(name, q)| q.claimed < sent && !still.contains(*name))
+        .map(|(name, _)| name.clone())
+        .collect();
     for q in lost {
         if let Some(gone) = st.queues.remove(&q) {
             st.bytes = st.bytes.saturating_sub(gone.bytes);

@@ -217,3 +217,17 @@ async fn timers_refuse_an_encrypted_queue_until_they_can_seal() {
     assert_eq!(body["reason"], "timers_encrypted_queue");
     assert_eq!(b.scalar("SELECT count(*) FROM queen.timers").await, 0);
 }
+
+#[tokio::test]
+async fn a_queue_that_was_encrypted_still_needs_its_key_to_pop_after_encryption_is_off() {
+    let b = TestBroker::start_with_options(with_key(KEY)).await;
+    b.configure_ok("vault", json!({"encryptionEnabled": true})).await;
+    b.push("vault", "Default", &[("s1", secret(1))]).await;
+    b.configure_ok("vault", json!({"encryptionEnabled": false})).await;
+    let keyless = TestBroker::on_with_options(&b.db, EngineOptions::default()).await;
+    let (status, body) = keyless.get("/api/v1/pop/queue/vault?wait=false&batch=1&autoAck=true").await;
+    assert_eq!((status, body["code"].clone()), (500, json!("encryption_unavailable")), "{body}");
+    // Nothing was consumed: the keyed broker still gets it.
+    let popped = b.pop_some("vault", "batch=1").await;
+    assert_eq!(popped["messages"][0]["data"], secret(1));
+}

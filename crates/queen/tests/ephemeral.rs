@@ -220,3 +220,18 @@ async fn a_second_broker_names_the_owner_and_takes_over_when_it_is_gone() {
     let (_, queues) = other.get("/api/v1/ephemeral/queues").await;
     assert_eq!(queues["queues"][0]["options"]["maxLength"], 5, "{queues}");
 }
+
+#[tokio::test]
+async fn a_push_that_eviction_cannot_make_room_for_evicts_nothing() {
+    let b = TestBroker::start().await;
+    b.post(
+        "/api/v1/ephemeral/configure",
+        &json!({"queue": "q", "options": {"maxLength": 2, "policy": "dropOldest"}}),
+    )
+    .await;
+    push(&b, "q", Some("a"), &[json!("a1")]).await;
+    push(&b, "q", Some("b"), &[json!("b1")]).await;
+    let (status, body) = push(&b, "q", Some("b"), &[json!("b2"), json!("b3")]).await;
+    assert_eq!((status, body["code"].clone()), (429, json!("queue_full")), "{body}");
+    assert_eq!(payloads(&pop(&b, "q", "batch=10").await), [json!("a1"), json!("b1")], "nothing was evicted");
+}

@@ -284,3 +284,30 @@ async fn racing_cycles_on_one_lease_commit_exactly_once() {
     assert_eq!(won, 1);
     assert_eq!(dst_count(&b).await, 1);
 }
+
+#[tokio::test]
+async fn racing_copies_of_one_partial_ack_apply_once() {
+    let b = TestBroker::start().await;
+    let qid = query(&b).await;
+    let pop = leased_batch(&b, 4).await;
+    let lease = pop["leaseId"].as_str().unwrap().to_owned();
+    let body = cycle(&qid, &pop, &lease, 3, 2, false, 1);
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let (api, body) = (b.api(), body.clone());
+        tasks.push(tokio::spawn(async move { api.post("/streams/v1/cycle", &body).await }));
+    }
+    let mut applied = 0;
+    for t in tasks {
+        let (status, answer) = t.await.unwrap();
+        assert_eq!((status, answer["success"].clone()), (200, json!(true)), "{answer}");
+        if answer["replayed"] != true {
+            applied += 1;
+        }
+    }
+    assert_eq!(applied, 1, "one copy applied, the others answered as replays");
+    assert_eq!(dst_count(&b).await, 2, "emitted once");
+    let cursor =
+        b.scalar(&format!("SELECT next_seq FROM queen.cursors WHERE consumer_group = '{GROUP}'")).await;
+    assert_eq!(cursor, 2, "the cursor moved past the two acked messages only");
+}

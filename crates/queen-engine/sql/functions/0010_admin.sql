@@ -330,7 +330,9 @@ BEGIN
   IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
     RETURN NULL;
   END IF;
-  IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_enabled
+  -- A queue that was ever encrypted keeps its key id (and may hold sealed
+  -- payloads after encryption is turned off): it takes its key to pop.
+  IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_key_id IS NOT NULL
                 AND q.encryption_key_id IS DISTINCT FROM p_key_id) THEN
     PERFORM queen.encryption_key_mismatch(p_queue);
   END IF;
@@ -362,7 +364,7 @@ BEGIN
     SELECT q.name FROM queen.queues q
      WHERE (p_namespace IS NULL OR q.namespace = p_namespace)
        AND (p_task IS NULL OR q.task = p_task)
-       AND (NOT q.encryption_enabled OR q.encryption_key_id IS NOT DISTINCT FROM p_key_id)
+       AND (q.encryption_key_id IS NULL OR q.encryption_key_id IS NOT DISTINCT FROM p_key_id)
      ORDER BY q.priority DESC, random()
   LOOP
     v_found := queen.pop(r.name, NULL, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,

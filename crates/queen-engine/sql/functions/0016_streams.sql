@@ -172,15 +172,21 @@ BEGIN
       v_seq := NULL;
       IF a_txid IS NOT NULL THEN
         SELECT m.seq INTO v_seq FROM queen.messages m
-         WHERE m.partition_id = p_partition AND m.transaction_id = a_txid
-           AND m.seq >= cur.next_seq AND m.seq < cur.batch_end
+         WHERE m.partition_id = p_partition AND m.transaction_id = a_txid AND m.seq < cur.batch_end
          ORDER BY m.seq DESC LIMIT 1;
+        -- A copy of this cycle committed while we waited for the cursor
+        -- (a resend racing the original): answer its success, apply nothing.
+        IF v_seq < cur.next_seq THEN
+          RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object('success', true,
+            'query_id', p_query, 'partition_id', p_partition, 'queueName', v_src, 'state_ops_applied', 0,
+            'push_results', '[]'::json, 'ack_result', json_build_object('success', true, 'count', 0,
+            'lease_released', false, 'dlq', false), 'replayed', true)::text;
+        END IF;
       END IF;
+      -- No message named: count offsets, not rows, so rows a retention
+      -- sweep deleted from the batch can only make this ack short.
       IF v_seq IS NULL AND a_count > 0 THEN
-        SELECT m.seq INTO v_seq FROM queen.messages m
-         WHERE m.partition_id = p_partition AND m.seq >= cur.next_seq AND m.seq < cur.batch_end
-         ORDER BY m.seq OFFSET a_count - 1 LIMIT 1;
-        v_seq := coalesce(v_seq, cur.batch_end - 1);
+        v_seq := least(cur.next_seq + a_count - 1, cur.batch_end - 1);
       END IF;
       v_next := coalesce(v_seq + 1, cur.next_seq);
     END IF;
@@ -189,7 +195,8 @@ BEGIN
            lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
            lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
            batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END,
-           retry_count = CASE WHEN v_released AND a_status = 'completed' THEN 0 ELSE retry_count END
+           retry_count = CASE WHEN a_status <> 'completed' THEN retry_count + 1
+                              WHEN v_released THEN 0 ELSE retry_count END
      WHERE partition_id = p_partition AND consumer_group = p_group;
   END IF;
 
