@@ -189,6 +189,35 @@ impl Engine {
         Ok(std::borrow::Cow::Owned(out))
     }
 
+    /// Seals the payloads of timers scheduled into queues believed encrypted
+    /// (a timer fires its stored payload as is). Borrowed when none is.
+    pub(crate) fn seal_timer_ops<'a>(
+        &self,
+        ops: &'a [crate::timers::TimerOp],
+    ) -> Result<std::borrow::Cow<'a, [crate::timers::TimerOp]>, EngineError> {
+        use crate::timers::TimerOp;
+        let sealed = self.sealed_queues();
+        let bound = |op: &TimerOp| matches!(op, TimerOp::Schedule { queue, .. } if sealed.contains(queue));
+        if sealed.is_empty() || !ops.iter().any(bound) {
+            return Ok(std::borrow::Cow::Borrowed(ops));
+        }
+        let key = self.encryption_key().ok_or_else(|| {
+            EngineError::Encryption(
+                "a timer's queue is encrypted at rest and this broker has no QUEEN_ENCRYPTION_KEY".into(),
+            )
+        })?;
+        let mut out = ops.to_vec();
+        for op in out.iter_mut() {
+            if let TimerOp::Schedule { queue, payload, .. } = op {
+                if sealed.contains(queue) {
+                    *payload = RawValue::from_string(key.seal(payload.get())?)
+                        .map_err(|e| EngineError::Protocol(format!("sealed payload: {e}")))?;
+                }
+            }
+        }
+        Ok(std::borrow::Cow::Owned(out))
+    }
+
     /// Re-reads the encryption flag of `queues` after a QN409.
     pub(crate) async fn refresh_sealed(&self, queues: &[String]) -> Result<(), EngineError> {
         let client = self.pool().get().await?;

@@ -385,7 +385,19 @@ impl Engine {
         if ops.is_empty() {
             return Ok(Json("{\"results\": []}".into()));
         }
-        let c = TimerColumns::of(ops);
+        match self.run_timers_sealed(ops).await {
+            // A queue turned encrypted under our hint: learn it, seal, resend.
+            Err(EngineError::EncryptionChanged(queues)) => {
+                self.refresh_sealed(&queues).await?;
+                self.run_timers_sealed(ops).await
+            }
+            other => other,
+        }
+    }
+
+    async fn run_timers_sealed(&self, ops: &[TimerOp]) -> Result<Json, EngineError> {
+        let ops = self.seal_timer_ops(ops)?;
+        let c = TimerColumns::of(&ops);
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../sql/statements/timers.sql")).await?;
         let row = client.query_one(&stmt, &c.params()).await?;

@@ -171,7 +171,8 @@ impl Engine {
         let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.iter().cloned().unzip();
         let acks = AckColumns::of(&ack_items);
         let kv = KvColumns::of(&bundle.kv);
-        let timer_columns = TimerColumns::of(&bundle.timers);
+        let timer_ops = self.seal_timer_ops(&bundle.timers)?;
+        let timer_columns = TimerColumns::of(&timer_ops);
         let max_read = self.kv_max_read_bytes();
         let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
             &tx_id,

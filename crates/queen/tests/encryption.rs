@@ -202,20 +202,27 @@ async fn payloads_with_a_nul_escape_are_refused_so_no_one_forges_an_envelope() {
 }
 
 #[tokio::test]
-async fn timers_refuse_an_encrypted_queue_until_they_can_seal() {
-    let b = TestBroker::start_with_options(with_key(KEY)).await;
+async fn a_timer_of_an_encrypted_queue_is_stored_sealed_and_fires_readable() {
+    let b =
+        TestBroker::start_with_options(EngineOptions { timer_sweep_interval: None, ..with_key(KEY) }).await;
     b.configure_ok("vault", json!({"encryptionEnabled": true})).await;
-    let payload = base64::engine::general_purpose::STANDARD.encode(secret(1).to_string());
+    let payload = base64::engine::general_purpose::STANDARD.encode(secret(7).to_string());
     let (status, body) = b
         .post(
             "/api/v1/timers",
             &json!({"operations": [{"op": "schedule", "queue": "vault", "timerKey": "k", "payload": payload,
-                                     "delayMs": 1000}]}),
+                                     "delayMs": -1}]}),
         )
         .await;
-    assert_eq!(status, 400, "{body}");
-    assert_eq!(body["reason"], "timers_encrypted_queue");
-    assert_eq!(b.scalar("SELECT count(*) FROM queen.timers").await, 0);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["ok"], true, "{body}");
+    let at_rest: String =
+        b.sql().await.query_one("SELECT payload::text FROM queen.timers", &[]).await.unwrap().get(0);
+    assert!(at_rest.starts_with(r#"{"\u0000sealed""#) && !at_rest.contains("SECRET"), "{at_rest}");
+    b.engine.fire_due_timers(100).await.unwrap();
+    assert!(stored(&b, "vault").await.iter().all(|(text, sealed)| *sealed && !text.contains("SECRET")));
+    let popped = b.pop_some("vault", "batch=1").await;
+    assert_eq!(popped["messages"][0]["data"], secret(7));
 }
 
 #[tokio::test]

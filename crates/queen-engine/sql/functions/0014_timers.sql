@@ -48,12 +48,18 @@ DECLARE
   v_id uuid;
   v_at timestamptz;
   v_inserted boolean;
+  v_key_id text;
 BEGIN
-  -- Encryption at rest does not reach timer rows yet (see ARCHITECTURE.md).
-  IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_enabled) THEN
-    RAISE EXCEPTION USING ERRCODE = 'QN400', MESSAGE = json_build_object('error', 'timers_bad_request',
-      'reason', 'timers_encrypted_queue',
-      'detail', 'queue ' || p_queue || ' is encrypted at rest; timers cannot carry its payloads yet')::text;
+  -- Encryption at rest: a timer of an encrypted queue stores its payload
+  -- sealed by the engine with the queue's key (fired as is), as push_rows
+  -- fences a push.
+  SELECT q.encryption_key_id INTO v_key_id FROM queen.queues q
+   WHERE q.name = p_queue AND q.encryption_enabled;
+  IF v_key_id IS NOT NULL AND NOT queen.sealed_with(p_payload, v_key_id) THEN
+    IF queen.is_sealed(p_payload) THEN
+      PERFORM queen.encryption_key_mismatch(p_queue);
+    END IF;
+    PERFORM queen.encryption_changed(ARRAY[p_queue]);
   END IF;
   INSERT INTO queen.timers AS x (queue_name, timer_key, partition_name, payload, txn, message_id, deliver_at)
   VALUES (p_queue, p_key, p_partition, p_payload::json, p_txn, queen.uuid_v7(),
