@@ -53,8 +53,10 @@ pub struct EngineOptions {
     /// Concurrent ack requests share one statement and one commit; this
     /// many such statements may run at once (0: every ack runs alone).
     pub ack_batch_slots: usize,
-    /// How often the timer sweeper looks for due timers; `None` disables
-    /// it (another broker on the database may fire them).
+    /// The timer sweeper's tick: while timers are due it looks every tick;
+    /// idle, it sleeps until the next due timer (at most 5 ticks), and a
+    /// schedule on this engine wakes it. `None` disables it (another broker
+    /// on the database may fire them).
     pub timer_sweep_interval: Option<Duration>,
     /// Timers fired per transaction.
     pub timer_fire_batch: i32,

@@ -401,6 +401,9 @@ impl Engine {
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../sql/statements/timers.sql")).await?;
         let row = client.query_one(&stmt, &c.params()).await?;
+        if ops.iter().any(|op| matches!(op, TimerOp::Schedule { .. })) {
+            self.timer_stats_ref().wake.notify_one();
+        }
         Ok(Json(row.try_get(0)?))
     }
 
@@ -466,6 +469,8 @@ pub(crate) struct TimerStats {
     fired: AtomicU64,
     lag_buckets: [AtomicU64; 8],
     lag_sum_us: AtomicU64,
+    /// Rung when this engine schedules a timer, so an idle sweeper looks now.
+    pub(crate) wake: tokio::sync::Notify,
 }
 
 /// A copy of the fire counters.
@@ -527,6 +532,17 @@ pub(crate) async fn fire_once(
     Ok(fired)
 }
 
+/// Seconds until the earliest pending timer is due (negative: overdue).
+async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client
+        .prepare_cached(
+            "SELECT extract(epoch FROM min(deliver_at) - statement_timestamp())::float8 FROM queen.timers",
+        )
+        .await?;
+    Ok(client.query_one(&stmt, &[]).await?.try_get(0)?)
+}
+
 /// The timer sweeper: every `every`, fires due timers in batches of
 /// `batch` until none is left. Safe with many brokers (rows are claimed
 /// with SKIP LOCKED); a failed round is retried on the next tick.
@@ -538,9 +554,16 @@ pub(crate) async fn sweep_timers(
     stats: Arc<TimerStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // Idle, the sweeper sleeps until the next due timer, at most `IDLE_ROUNDS`
+    // intervals: polling an empty table every interval cost a single
+    // client's push 5% (measured). A schedule on this engine wakes it; one
+    // on another engine is fired by that engine's own sweeper.
+    const IDLE_ROUNDS: u32 = 5;
+    let mut nap = every;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(nap) => {}
+            _ = stats.wake.notified() => {}
             _ = shutdown.changed() => return,
         }
         loop {
@@ -553,6 +576,12 @@ pub(crate) async fn sweep_timers(
                 }
             }
         }
+        let idle = every * IDLE_ROUNDS;
+        nap = match next_due_in(&pool).await {
+            Ok(Some(secs)) => Duration::from_secs_f64(secs.max(0.0)).clamp(Duration::from_millis(5), idle),
+            Ok(None) => idle,
+            Err(_) => every,
+        };
     }
 }
 

@@ -205,6 +205,9 @@ impl Engine {
         queues.sort();
         queues.dedup();
         self.announce_pushes(queues);
+        if !bundle.timers.is_empty() {
+            self.timer_stats_ref().wake.notify_one();
+        }
         Ok(answer)
     }
 }

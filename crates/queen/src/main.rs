@@ -121,8 +121,9 @@ struct ServeArgs {
     /// Expired rows deleted per sweep statement.
     #[arg(long, env = "QUEEN_KV_SWEEP_BATCH", default_value_t = 1000)]
     kv_sweep_batch: i32,
-    /// Milliseconds between looks for due timers (0: this broker fires none; another broker on
-    /// the database may).
+    /// The timer sweeper's tick in milliseconds; idle, it sleeps until the next due timer (at
+    /// most 5 ticks) and a schedule on this broker wakes it (0: this broker fires none; another
+    /// broker on the database may).
     #[arg(long, env = "QUEEN_TIMER_SWEEP_INTERVAL_MS", default_value_t = 200)]
     timer_sweep_interval_ms: u64,
     /// Timers fired per transaction.
