@@ -110,10 +110,12 @@ $$;
 
 -- The first id clock value of a push at `at` to a partition whose clock is
 -- `last`: the push's millisecond, or one past the last value when that is
--- later (a busy millisecond, or a clock that stepped back).
+-- later (a busy millisecond, or a clock that stepped back). date_part's
+-- float8 (exact to the microsecond for this century), not extract's numeric:
+-- this runs on every push.
 CREATE OR REPLACE FUNCTION queen.id_clock_start(at timestamptz, last bigint) RETURNS bigint
 LANGUAGE sql STABLE AS $$
-  SELECT greatest(floor(extract(epoch FROM at) * 1000)::bigint << 12, last + 1)
+  SELECT greatest(floor(date_part('epoch', at) * 1000)::bigint << 12, last + 1)
 $$;
 
 -- Encryption at rest: the engine seals a payload of an encrypted queue as
