@@ -408,32 +408,29 @@ impl Engine {
 
     /// One pop attempt; `None` when nothing is deliverable now.
     pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
-        if req.is_by_tag() {
-            return Ok(self
-                .call(
+        // A pop by namespace/task names tags where a queue pop names its queue
+        // and partition; the rest of the call is the same.
+        let (sql, first, second): (&'static str, &(dyn ToSql + Sync), &(dyn ToSql + Sync)) =
+            if req.is_by_tag() {
+                (
                     "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
-                    &[
-                        &req.namespace,
-                        &req.task,
-                        &req.consumer_group,
-                        &req.batch,
-                        &req.partitions,
-                        &req.lease_seconds,
-                        &req.auto_ack,
-                        &req.subscription_mode,
-                        &req.subscription_from,
-                        &self.encryption_key().map(EncryptionKey::id),
-                    ],
+                    &req.namespace,
+                    &req.task,
                 )
-                .await?
-                .map(Json));
-        }
-        Ok(self
-            .call(
-                "SELECT queen.pop_api($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
-                &[
+            } else {
+                (
+                    "SELECT queen.pop_api($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
                     &req.queue,
                     &req.partition,
+                )
+            };
+        let key_id = self.encryption_key().map(EncryptionKey::id);
+        Ok(self
+            .call(
+                sql,
+                &[
+                    first,
+                    second,
                     &req.consumer_group,
                     &req.batch,
                     &req.partitions,
@@ -441,7 +438,7 @@ impl Engine {
                     &req.auto_ack,
                     &req.subscription_mode,
                     &req.subscription_from,
-                    &self.encryption_key().map(EncryptionKey::id),
+                    &key_id,
                 ],
             )
             .await?

@@ -716,18 +716,16 @@ impl Engine {
             tokio::pin!(notified);
             notified.as_mut().enable();
             if let Some(messages) = found {
-                let queue = serde_json::to_string(&p.queue).unwrap_or_default();
-                return Ok(Json(format!(r#"{{"queue":{queue},"messages":[{messages}]}}"#)));
+                return Ok(pop_answer(&p.queue, &messages));
             }
             let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
                 // At the deadline a window gives way: whatever is there goes.
                 if deadline.is_some() {
                     if let (Some(messages), _) = self.ephemeral_take(p, false)? {
-                        let queue = serde_json::to_string(&p.queue).unwrap_or_default();
-                        return Ok(Json(format!(r#"{{"queue":{queue},"messages":[{messages}]}}"#)));
+                        return Ok(pop_answer(&p.queue, &messages));
                     }
                 }
-                return Ok(Json(json!({"queue": p.queue, "messages": []}).to_string()));
+                return Ok(pop_answer(&p.queue, ""));
             };
             // Re-checks for lease expiry, ttl and windows as well as pushes.
             let nap = (deadline - Instant::now()).min(SWEEP_EVERY);
@@ -936,6 +934,12 @@ impl Engine {
             .to_string(),
         ))
     }
+}
+
+/// `{queue, messages}`; `messages` is the elements' JSON, joined, kept as built.
+fn pop_answer(queue: &str, messages: &str) -> Json {
+    let queue = serde_json::to_string(queue).unwrap_or_default();
+    Json(format!(r#"{{"queue":{queue},"messages":[{messages}]}}"#))
 }
 
 fn not_owner(queue: &str, url: &str) -> EngineError {

@@ -5,7 +5,7 @@
 //! emits in the sink all agree, and no message is emitted twice.
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,28 +16,6 @@ const MESSAGES: usize = 1800;
 const PARTITIONS: usize = 6;
 const KILLS: usize = 8;
 const GROUP: &str = "streams.crash";
-
-fn spawn_broker(url: &str, port: u16) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_queen"))
-        .arg("serve")
-        .env("QUEEN_DATABASE_URL", url)
-        .env("PORT", port.to_string())
-        .env("HOST", "127.0.0.1")
-        .env("DB_POOL_SIZE", "8")
-        .env("RUST_LOG", "error")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn queen serve")
-}
-
-async fn wait_healthy(http: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !matches!(http.get(format!("{base}/health")).send().await, Ok(r) if r.status() == 200) {
-        assert!(Instant::now() < deadline, "broker did not come back");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Source partitions whose state count, cursor and sink emits disagree,
 /// and sink messages emitted twice; one snapshot.
@@ -118,12 +96,11 @@ async fn sigkill_never_separates_a_cycles_state_emits_and_ack() {
     let url = common::url_for(&db);
     let (sql, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.expect("sql");
     tokio::spawn(conn);
-    let port = common::free_port();
-    let base = format!("http://127.0.0.1:{port}");
+    let spec = common::ServeSpec::for_db(&db).env("RUST_LOG", "error");
+    let base = format!("http://127.0.0.1:{}", spec.port);
     let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("http");
 
-    let mut broker = spawn_broker(&url, port);
-    wait_healthy(&http, &base).await;
+    let mut broker = common::BrokerProcess::spawn_with(&spec).await;
     let items: Vec<Value> = (0..MESSAGES)
         .map(|i| json!({"queue": "src", "partition": format!("p{}", i % PARTITIONS), "payload": {"i": i}}))
         .collect();
@@ -174,8 +151,8 @@ async fn sigkill_never_separates_a_cycles_state_emits_and_ack() {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         tokio::time::sleep(Duration::from_millis(150 + seed % 400)).await;
-        Command::new("kill").arg("-KILL").arg(broker.id().to_string()).status().expect("kill");
-        let _ = broker.wait();
+        Command::new("kill").arg("-KILL").arg(broker.pid().to_string()).status().expect("kill");
+        let _ = broker.child.wait();
         assert_eq!(
             violations(&sql).await,
             (0, 0),
@@ -184,8 +161,7 @@ async fn sigkill_never_separates_a_cycles_state_emits_and_ack() {
         if consumed(&sql).await < MESSAGES {
             killed_under_load += 1;
         }
-        broker = spawn_broker(&url, port);
-        wait_healthy(&http, &base).await;
+        broker = common::BrokerProcess::spawn_with(&spec).await;
     }
 
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -214,6 +190,6 @@ async fn sigkill_never_separates_a_cycles_state_emits_and_ack() {
         .get(0);
     assert_eq!(emitted as usize, MESSAGES, "every message emitted exactly once");
     assert!(killed_under_load >= KILLS / 2, "only {killed_under_load} of {KILLS} kills hit a running stream");
-    Command::new("kill").arg("-TERM").arg(broker.id().to_string()).status().expect("kill");
-    let _ = broker.wait();
+    broker.terminate();
+    broker.wait_exit(Duration::from_secs(10)).await;
 }
