@@ -62,6 +62,9 @@ pub struct HttpConfig {
     pub connect_timeout: Duration,
     /// The retry policy.
     pub retry: RetryPolicy,
+    /// Extra CA certificates (PEM) trusted for `https://` brokers, besides
+    /// the system's; for a broker whose certificate a private CA signed.
+    pub ca_certificates_pem: Vec<Vec<u8>>,
 }
 
 impl HttpConfig {
@@ -73,6 +76,7 @@ impl HttpConfig {
             timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(5),
             retry: RetryPolicy::default(),
+            ca_certificates_pem: Vec::new(),
         }
     }
 
@@ -106,6 +110,12 @@ impl HttpConfig {
     /// Sets the retry policy.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// Trusts the CA certificate(s) in this PEM for `https://` brokers.
+    pub fn ca_certificate_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_certificates_pem.push(pem.into());
         self
     }
 }
@@ -149,7 +159,18 @@ impl HttpBroker {
             }
             bases.push(url);
         }
-        let client = reqwest::Client::builder().connect_timeout(config.connect_timeout).build()?;
+        let mut builder = reqwest::Client::builder().connect_timeout(config.connect_timeout);
+        for pem in &config.ca_certificates_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| Error::Invalid(format!("CA certificate: {e}")))?;
+            if certs.is_empty() {
+                return Err(Error::Invalid("CA certificate: the PEM holds no certificate".into()));
+            }
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let client = builder.build()?;
         Ok(HttpBroker {
             client,
             bases,

@@ -188,7 +188,8 @@ impl Engine {
         let waiters = Arc::new(Waiters::default());
         let announcer = Arc::new(Announcer::new(options.cross_broker_wakeups));
         let (shutdown, shutdown_rx) = watch::channel(false);
-        tokio::spawn(notifier::run(db.pg_config()?, waiters.clone(), announcer.clone(), shutdown_rx.clone()));
+        let (pg, tls) = db.connect_spec()?;
+        tokio::spawn(notifier::run(pg, tls, waiters.clone(), announcer.clone(), shutdown_rx.clone()));
         let kv_pruned = Arc::new(AtomicU64::new(0));
         if let Some(every) = options.kv_sweep_interval {
             tokio::spawn(sweep(

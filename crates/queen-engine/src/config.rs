@@ -3,8 +3,10 @@
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::config::TargetSessionAttrs;
 use tokio_postgres::NoTls;
 
+use crate::pg_tls::{split_tls_options, PgTls, TlsOptions};
 use crate::EngineError;
 
 /// Connection settings: a URL, or the Queen `PG_*` names.
@@ -43,32 +45,54 @@ impl Default for DbConfig {
 impl DbConfig {
     /// The tokio-postgres configuration these settings describe.
     pub fn pg_config(&self) -> Result<tokio_postgres::Config, EngineError> {
-        let mut cfg = match &self.url {
-            Some(url) => url
-                .parse::<tokio_postgres::Config>()
-                .map_err(|e| EngineError::Unavailable(format!("bad database URL: {e}")))?,
+        Ok(self.connect_spec()?.0)
+    }
+
+    /// The TLS options of the URL (libpq's `sslmode` and friends).
+    pub fn tls_options(&self) -> Result<TlsOptions, EngineError> {
+        match &self.url {
+            Some(url) => Ok(split_tls_options(url)?.1),
+            None => Ok(TlsOptions::default()),
+        }
+    }
+
+    /// The configuration and the TLS connector to open connections with.
+    pub(crate) fn connect_spec(&self) -> Result<(tokio_postgres::Config, PgTls), EngineError> {
+        let (mut cfg, tls) = match &self.url {
+            Some(url) => {
+                let (rest, tls) = split_tls_options(url)?;
+                let cfg = rest
+                    .parse::<tokio_postgres::Config>()
+                    .map_err(|e| EngineError::Unavailable(format!("bad database URL: {e}")))?;
+                (cfg, tls)
+            }
             None => {
                 let mut cfg = tokio_postgres::Config::new();
                 cfg.host(&self.host).port(self.port).user(&self.user).dbname(&self.dbname);
                 if let Some(pw) = &self.password {
                     cfg.password(pw);
                 }
-                cfg
+                (cfg, TlsOptions::default())
             }
         };
+        cfg.ssl_mode(tls.pg_mode());
         cfg.application_name("queen-rs");
         // A database that is down must turn into a quick 503, not a hang.
         cfg.connect_timeout(Duration::from_secs(3));
-        Ok(cfg)
+        // Every call writes, so only a primary will do: of several hosts the
+        // one that accepts writes, and after a failover the new one.
+        cfg.target_session_attrs(TargetSessionAttrs::ReadWrite);
+        Ok((cfg, tls.connector()?))
     }
 
     /// A pool whose waits are bounded, so exhaustion becomes a 503.
     pub fn pool(&self) -> Result<Pool, EngineError> {
-        let manager = Manager::from_config(
-            self.pg_config()?,
-            NoTls,
-            ManagerConfig { recycling_method: RecyclingMethod::Fast },
-        );
+        let (pg, tls) = self.connect_spec()?;
+        let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
+        let manager = match tls {
+            PgTls::Plain => Manager::from_config(pg, NoTls, manager_config),
+            PgTls::Rustls(tls) => Manager::from_config(pg, tls, manager_config),
+        };
         Pool::builder(manager)
             .max_size(self.pool_size.max(1))
             .runtime(Runtime::Tokio1)

@@ -15,6 +15,12 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 use tokio_postgres::{AsyncMessage, NoTls};
 
+use crate::pg_tls::PgTls;
+
+/// The connection's messages, whichever transport carries them.
+type MessageStream =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<AsyncMessage, tokio_postgres::Error>> + Send>>;
+
 /// The channel pushes are announced on.
 pub(crate) const CHANNEL: &str = "queen_push";
 
@@ -162,6 +168,7 @@ impl Announcer {
 /// until `shutdown` flips, reconnecting with a delay when it drops.
 pub(crate) async fn run(
     pg: tokio_postgres::Config,
+    tls: PgTls,
     waiters: Arc<Waiters>,
     announcer: Arc<Announcer>,
     mut shutdown: watch::Receiver<bool>,
@@ -170,11 +177,24 @@ pub(crate) async fn run(
         if *shutdown.borrow() {
             return;
         }
-        match pg.connect(NoTls).await {
-            Ok((client, mut connection)) => {
+        let connected = match &tls {
+            PgTls::Plain => pg.connect(NoTls).await.map(|(client, connection)| {
+                let mut connection = connection;
+                let messages: MessageStream =
+                    Box::pin(futures_util::stream::poll_fn(move |cx| connection.poll_message(cx)));
+                (client, messages)
+            }),
+            PgTls::Rustls(tls) => pg.connect(tls.clone()).await.map(|(client, connection)| {
+                let mut connection = connection;
+                let messages: MessageStream =
+                    Box::pin(futures_util::stream::poll_fn(move |cx| connection.poll_message(cx)));
+                (client, messages)
+            }),
+        };
+        match connected {
+            Ok((client, mut messages)) => {
                 let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
                 let pump = tokio::spawn(async move {
-                    let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
                     while let Some(msg) = messages.next().await {
                         match msg {
                             Ok(AsyncMessage::Notification(n)) => {

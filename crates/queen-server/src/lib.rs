@@ -15,6 +15,7 @@ mod extract;
 mod metrics;
 mod openapi;
 mod routes;
+mod tls;
 mod uri_guard;
 
 use std::future::Future;
@@ -27,6 +28,7 @@ use tokio::net::TcpListener;
 
 pub use auth::{AuthConfig, AuthConfigError, Role};
 pub use error::ApiError;
+pub use tls::{TlsIdentity, TlsSetupError};
 
 /// Settings of the HTTP layer.
 #[derive(Debug, Clone)]
@@ -42,6 +44,8 @@ pub struct ServerConfig {
     pub body_read_timeout: std::time::Duration,
     /// Who may call the API; the default is off (no credentials needed).
     pub auth: AuthConfig,
+    /// Serve HTTPS with this certificate; plain HTTP when absent.
+    pub tls: Option<TlsIdentity>,
 }
 
 impl Default for ServerConfig {
@@ -52,6 +56,7 @@ impl Default for ServerConfig {
             header_read_timeout: std::time::Duration::from_secs(60),
             body_read_timeout: std::time::Duration::from_secs(60),
             auth: AuthConfig::default(),
+            tls: None,
         }
     }
 }
@@ -127,6 +132,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let header_read_timeout = config.header_read_timeout;
+    let tls = config.tls.clone();
     let app = router(engine.clone(), config);
     // Connection tasks watch `stop_rx` being dropped (shutdown begun) and
     // hold `done_rx` clones until their connection is closed.
@@ -150,24 +156,18 @@ pub async fn serve(
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let stop_tx = stop_tx.clone();
         let done_rx = done_rx.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
-            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            let mut stopping = std::pin::pin!(stop_tx.closed());
-            let mut draining = false;
-            loop {
-                tokio::select! {
-                    result = conn.as_mut() => {
-                        if let Err(e) = result {
-                            tracing::debug!(error = %e, "connection ended with an error");
+            match tls {
+                None => serve_connection(stream, service, header_read_timeout, &stop_tx).await,
+                Some(tls) => {
+                    // The handshake gets the same time a client has for its headers.
+                    match tokio::time::timeout(header_read_timeout, tls.acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => {
+                            serve_connection(stream, service, header_read_timeout, &stop_tx).await
                         }
-                        break;
-                    }
-                    () = &mut stopping, if !draining => {
-                        draining = true;
-                        conn.as_mut().graceful_shutdown();
+                        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => tracing::debug!("TLS handshake timed out"),
                     }
                 }
             }
@@ -182,4 +182,36 @@ pub async fn serve(
     done_tx.closed().await;
     engine.close();
     Ok(())
+}
+
+/// Serves one accepted connection (plain or TLS) until it closes; on
+/// shutdown it finishes the request in flight and then closes.
+async fn serve_connection<I>(
+    io: I,
+    service: hyper_util::service::TowerToHyperService<Router>,
+    header_read_timeout: std::time::Duration,
+    stop_tx: &tokio::sync::watch::Sender<()>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_read_timeout);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = std::pin::pin!(stop_tx.closed());
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            () = &mut stopping, if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
 }

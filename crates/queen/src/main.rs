@@ -52,7 +52,13 @@ enum Command {
 
 #[derive(Args, Clone)]
 struct DbArgs {
-    /// PostgreSQL URL; wins over the PG_* settings.
+    /// PostgreSQL URL; wins over the PG_* settings. Several hosts make a
+    /// high-availability cluster: `postgres://u@h1:5432,h2:5432/db?target_session_attrs=read-write`
+    /// (the broker only ever uses the host that accepts writes, and after a
+    /// failover finds the new one). TLS takes libpq's options: `sslmode=require`,
+    /// `verify-ca` or `verify-full` with `sslrootcert=<CA file>`, and
+    /// `sslcert`/`sslkey` for a client certificate; without `sslmode` the
+    /// connection is plain.
     #[arg(long, env = "QUEEN_DATABASE_URL")]
     database_url: Option<String>,
     /// PostgreSQL host (or Unix-socket directory).
@@ -109,6 +115,12 @@ struct ServeArgs {
     /// Address to bind.
     #[arg(long, env = "HOST", default_value = "0.0.0.0")]
     host: String,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "QUEEN_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, env = "QUEEN_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Data directory of the embedded PostgreSQL (used only without database settings).
     #[arg(long, env = "QUEEN_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -309,7 +321,8 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         advertise_url: Some(args.advertise_url.clone().unwrap_or_else(|| {
             let host =
                 if args.host == "0.0.0.0" || args.host == "::" { "127.0.0.1" } else { args.host.as_str() };
-            format!("http://{host}:{}", args.port)
+            let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
+            format!("{scheme}://{host}:{}", args.port)
         })),
         encryption_key: args
             .encryption_key
@@ -337,13 +350,18 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
     let listener =
         tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-    tracing::info!(%addr, "queen is serving");
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(queen_server::TlsIdentity::from_pem_files(cert, key)?),
+        _ => None,
+    };
+    tracing::info!(%addr, https = tls.is_some(), "queen is serving");
     let config = ServerConfig {
         max_body_bytes: args.max_body_bytes,
         max_wait_ms: args.max_wait_ms,
         header_read_timeout: Duration::from_millis(args.header_read_timeout_ms.max(1)),
         body_read_timeout: Duration::from_millis(args.body_read_timeout_ms.max(1)),
         auth,
+        tls,
     };
     queen_server::serve(listener, engine, config, shutdown_signal()).await?;
     tracing::info!("stopped");

@@ -57,6 +57,9 @@ pub(crate) struct ClientArgs {
     /// Bearer token sent with every request.
     #[arg(long, global = true, env = "QUEEN_TOKEN", hide_env_values = true, help_heading = "Client options")]
     token: Option<String>,
+    /// CA certificate (PEM) to trust for an https:// broker, besides the system's.
+    #[arg(long, global = true, env = "QUEEN_CA_CERT", value_name = "FILE", help_heading = "Client options")]
+    ca_cert: Option<std::path::PathBuf>,
     /// Print the broker's JSON instead of tables.
     #[arg(long, global = true, help_heading = "Client options")]
     json: bool,
@@ -231,6 +234,11 @@ fn execute(command: ClientCommand, args: ClientArgs) -> Outcome {
         });
     if let Some(token) = args.token {
         config = config.bearer_token(token);
+    }
+    if let Some(path) = &args.ca_cert {
+        let pem = std::fs::read(path)
+            .map_err(|e| Failure::Usage(format!("cannot read --ca-cert {}: {e}", path.display())))?;
+        config = config.ca_certificate_pem(pem);
     }
     let broker = HttpBroker::with_config(config)?;
     let ctx = Ctx { broker, json: args.json };
