@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use deadpool_postgres::Pool;
+use crate::db::Pool;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::ack::{AckColumns, AckItem};

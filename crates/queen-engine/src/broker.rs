@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
+use crate::db::Pool;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
@@ -184,12 +184,21 @@ pub struct Engine {
 impl Engine {
     /// Opens the pool and the notification connection. Does not migrate.
     pub fn connect(db: &DbConfig, options: EngineOptions) -> Result<Self, EngineError> {
-        let pool = db.pool()?;
+        let pool = Pool::new(db.pool()?, db.prepared_statements);
         let waiters = Arc::new(Waiters::default());
         let announcer = Arc::new(Announcer::new(options.cross_broker_wakeups));
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let (pg, tls) = db.connect_spec()?;
-        tokio::spawn(notifier::run(pg, tls, waiters.clone(), announcer.clone(), shutdown_rx.clone()));
+        let (pg, tls) = db.listen_spec()?;
+        // Behind a transaction-mode pooler a LISTEN would silently hear
+        // nothing; without a direct URL for it, the re-check interval serves.
+        let listen = db.prepared_statements || db.listen_url.is_some();
+        if !listen {
+            tracing::warn!(
+                "prepared statements are off and no listen URL is set: pushes on other brokers \
+                 reach this broker's long polls at the re-check interval"
+            );
+        }
+        tokio::spawn(notifier::run(pg, tls, listen, waiters.clone(), announcer.clone(), shutdown_rx.clone()));
         let kv_pruned = Arc::new(AtomicU64::new(0));
         if let Some(every) = options.kv_sweep_interval {
             tokio::spawn(sweep(
@@ -341,7 +350,7 @@ impl Engine {
 
     /// Pool statistics: (connections open, connections idle, max size).
     pub fn pool_status(&self) -> (usize, usize, usize) {
-        let s = self.pool.status();
+        let s = self.pool.deadpool().status();
         (s.size, s.available, s.max_size)
     }
 
@@ -545,7 +554,7 @@ impl Engine {
     /// Closes the pool; in-flight calls finish, new ones fail.
     pub fn close(&self) {
         self.shutdown();
-        self.pool.close();
+        self.pool.deadpool().close();
     }
 }
 
@@ -575,7 +584,7 @@ async fn sweep(
         }
         loop {
             let step = async {
-                let client = pool.get().await.map_err(EngineError::from)?;
+                let client = pool.get().await?;
                 let stmt = client.prepare_cached("SELECT queen.kv_sweep($1)").await?;
                 let n: i32 = client.query_one(&stmt, &[&batch]).await?.try_get(0)?;
                 Ok::<i32, EngineError>(n)

@@ -26,6 +26,13 @@ pub struct DbConfig {
     pub dbname: String,
     /// Connections in the pool.
     pub pool_size: usize,
+    /// Prepare each statement once per connection (the default). Off, every
+    /// call sends an unnamed statement in one round trip: what pgbouncer
+    /// before 1.21 needs in transaction mode.
+    pub prepared_statements: bool,
+    /// Where the LISTEN connection for cross-broker wake-ups goes, when not
+    /// to `url` (behind a transaction-mode pooler LISTEN must bypass it).
+    pub listen_url: Option<String>,
 }
 
 impl Default for DbConfig {
@@ -38,6 +45,8 @@ impl Default for DbConfig {
             password: None,
             dbname: "postgres".into(),
             pool_size: 16,
+            prepared_statements: true,
+            listen_url: None,
         }
     }
 }
@@ -58,7 +67,19 @@ impl DbConfig {
 
     /// The configuration and the TLS connector to open connections with.
     pub(crate) fn connect_spec(&self) -> Result<(tokio_postgres::Config, PgTls), EngineError> {
-        let (mut cfg, tls) = match &self.url {
+        self.spec_for(self.url.as_deref())
+    }
+
+    /// Where the notification connection goes: `listen_url`, else as the pool.
+    pub(crate) fn listen_spec(&self) -> Result<(tokio_postgres::Config, PgTls), EngineError> {
+        match &self.listen_url {
+            Some(url) => self.spec_for(Some(url)),
+            None => self.connect_spec(),
+        }
+    }
+
+    fn spec_for(&self, url: Option<&str>) -> Result<(tokio_postgres::Config, PgTls), EngineError> {
+        let (mut cfg, tls) = match url {
             Some(url) => {
                 let (rest, tls) = split_tls_options(url)?;
                 let cfg = rest

@@ -979,7 +979,7 @@ fn queue_field(f: &wire::Fields<'_>) -> Result<String, EngineError> {
 /// forgets idle implicit queues, and keeps this broker's ownership alive
 /// (a queue whose row another broker took is dropped here).
 pub(crate) async fn sweep_ephemeral(
-    engine_pool: deadpool_postgres::Pool,
+    engine_pool: crate::db::Pool,
     eph: Arc<Ephemeral>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -1021,7 +1021,7 @@ pub(crate) async fn sweep_ephemeral(
     }
 }
 
-async fn heartbeat(pool: &deadpool_postgres::Pool, eph: &Ephemeral) -> Result<(), EngineError> {
+async fn heartbeat(pool: &crate::db::Pool, eph: &Ephemeral) -> Result<(), EngineError> {
     let forgotten = std::mem::take(&mut eph.lock().forgotten);
     let sent = Instant::now();
     let client = pool.get().await?;

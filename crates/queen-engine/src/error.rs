@@ -91,6 +91,9 @@ impl From<tokio_postgres::Error> for EngineError {
             // Text PostgreSQL cannot hold: \u0000 or a lone surrogate in a JSON string.
             "22P05" | "22021" | "22P02" => EngineError::UnstorableText(db.message().to_owned()),
             "40001" | "40P01" => EngineError::Conflict(db.message().to_owned()),
+            // A standby: a failover is under way (the pool connects only to a
+            // primary, so this is a connection caught by a demotion).
+            "25006" => EngineError::Unavailable(format!("the database is read-only now: {}", db.message())),
             _ if code.starts_with("08") || code.starts_with("57P") || code == "53300" => {
                 EngineError::Unavailable(db.message().to_owned())
             }

@@ -534,7 +534,7 @@ fn refuse_if_lost(inner: &str, key: &str) -> Result<(), EngineError> {
 
 /// The verdict of one write (put, putIfAbsent, delete, check, incr) as its
 /// own statement: the JSON object its SQL function answered.
-pub(crate) async fn write_one(client: &deadpool_postgres::Client, op: &KvOp) -> Result<String, EngineError> {
+pub(crate) async fn write_one(client: &crate::db::Conn, op: &KvOp) -> Result<String, EngineError> {
     let ttl = |e: &Expiry| match e {
         Expiry::Ttl(s) => Some(*s as i64),
         Expiry::Forever => None,
@@ -599,7 +599,7 @@ impl Engine {
                 let cols = KvColumns::of(&ops);
                 let mut params = cols.params();
                 params.push(&ctx);
-                let row = client.query_one(&stmt, &params).await.map_err(EngineError::from);
+                let row = client.query_one(&stmt, &params).await;
                 let answer: Option<String> = row.map_err(kv_input_error)?.try_get(0)?;
                 answer.map(Json).ok_or_else(|| EngineError::Protocol("kv_apply answered NULL".into()))
             }

@@ -18,6 +18,7 @@ mod admin;
 mod batch;
 mod broker;
 mod config;
+mod db;
 mod ephemeral;
 mod error;
 mod kv;

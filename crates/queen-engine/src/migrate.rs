@@ -2,6 +2,7 @@
 //! (`CREATE OR REPLACE`), all under one advisory lock so that brokers
 //! starting together are safe.
 
+use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use crate::EngineError;
@@ -93,9 +94,12 @@ pub fn schema_digest() -> String {
 const MIGRATION_LOCK: i64 = 0x5155_4545_4e5f_4d49;
 
 /// Brings the database to the current schema. Idempotent.
+///
+/// Unnamed statements only (`query_typed`, `batch_execute`), so it also runs
+/// through a transaction-mode pooler.
 pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
     let tx = client.transaction().await?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK]).await?;
+    tx.query_typed("SELECT pg_advisory_xact_lock($1)", &[(&MIGRATION_LOCK, Type::INT8)]).await?;
     tx.batch_execute(
         "SET LOCAL client_min_messages = warning;
          CREATE SCHEMA IF NOT EXISTS queen;
@@ -109,7 +113,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
     )
     .await?;
     let applied: Vec<i32> = tx
-        .query("SELECT version FROM queen.schema_migrations", &[])
+        .query_typed("SELECT version FROM queen.schema_migrations", &[])
         .await?
         .iter()
         .map(|row| row.get(0))
@@ -117,25 +121,31 @@ pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
     for m in MIGRATIONS.iter().filter(|m| !applied.contains(&m.version)) {
         tracing::info!(version = m.version, name = m.name, "applying migration");
         tx.batch_execute(m.sql).await?;
-        tx.execute(
+        tx.query_typed(
             "INSERT INTO queen.schema_migrations (version, name) VALUES ($1, $2)",
-            &[&m.version, &m.name],
+            &[(&m.version, Type::INT4), (&m.name, Type::TEXT)],
         )
         .await?;
     }
     let all_functions = FUNCTIONS.concat();
-    let current: bool = tx
-        .query_one(
+    let current = tx
+        .query_typed(
             "SELECT EXISTS (SELECT 1 FROM queen.schema_functions WHERE digest = md5($1))",
-            &[&all_functions],
+            &[(&all_functions, Type::TEXT)],
         )
         .await?
-        .get(0);
+        .first()
+        .map(|row| row.get::<_, bool>(0))
+        .unwrap_or(false);
     if !current {
         tracing::info!("replacing SQL functions");
         tx.batch_execute(&all_functions).await?;
-        tx.execute("DELETE FROM queen.schema_functions", &[]).await?;
-        tx.execute("INSERT INTO queen.schema_functions (digest) VALUES (md5($1))", &[&all_functions]).await?;
+        tx.batch_execute("DELETE FROM queen.schema_functions").await?;
+        tx.query_typed(
+            "INSERT INTO queen.schema_functions (digest) VALUES (md5($1))",
+            &[(&all_functions, Type::TEXT)],
+        )
+        .await?;
     }
     tx.commit().await?;
     Ok(())

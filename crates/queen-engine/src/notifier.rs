@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
+use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, NoTls};
 
 use crate::pg_tls::PgTls;
@@ -169,6 +170,7 @@ impl Announcer {
 pub(crate) async fn run(
     pg: tokio_postgres::Config,
     tls: PgTls,
+    listen: bool,
     waiters: Arc<Waiters>,
     announcer: Arc<Announcer>,
     mut shutdown: watch::Receiver<bool>,
@@ -210,7 +212,9 @@ pub(crate) async fn run(
                         }
                     }
                 });
-                if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+                let listening =
+                    if listen { client.batch_execute(&format!("LISTEN {CHANNEL}")).await } else { Ok(()) };
+                if let Err(e) = listening {
                     tracing::warn!(error = %e, "LISTEN failed");
                 } else {
                     // Anything pushed while we were not listening: let waiters re-check.
@@ -225,7 +229,10 @@ pub(crate) async fn run(
                                 tokio::time::sleep(COALESCE).await;
                                 let payloads = announcer.take_payloads();
                                 if let Err(e) = client
-                                    .execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) p", &[&CHANNEL, &payloads])
+                                    .query_typed(
+                                        "SELECT pg_notify($1, p) FROM unnest($2::text[]) p",
+                                        &[(&CHANNEL, Type::TEXT), (&payloads, Type::TEXT_ARRAY)],
+                                    )
                                     .await
                                 {
                                     // Lost: the other brokers' re-check finds the messages.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_postgres::Pool;
+use crate::db::Pool;
 use tokio::sync::watch;
 use uuid::Uuid;
 

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::db::Pool;
 use base64::Engine as _;
-use deadpool_postgres::Pool;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::watch;

@@ -79,6 +79,17 @@ struct DbArgs {
     /// Connections in the pool.
     #[arg(long, env = "DB_POOL_SIZE", default_value_t = 16)]
     pool_size: usize,
+    /// Prepare each statement once per connection. Set to false behind
+    /// pgbouncer in transaction mode (before 1.21, which has no prepared
+    /// statements there): every call then sends an unnamed statement.
+    #[arg(long, env = "QUEEN_PREPARED_STATEMENTS", default_value_t = true, action = clap::ArgAction::Set)]
+    prepared_statements: bool,
+    /// A direct PostgreSQL URL for the LISTEN connection that wakes long polls
+    /// across brokers; needed behind a transaction-mode pooler, where LISTEN
+    /// hears nothing. Without it there, other brokers' pushes are seen at the
+    /// long polls' re-check interval.
+    #[arg(long, env = "QUEEN_LISTEN_DATABASE_URL")]
+    listen_database_url: Option<String>,
 }
 
 impl DbArgs {
@@ -101,6 +112,8 @@ impl DbArgs {
             password: self.pg_password.clone(),
             dbname: self.pg_db.clone().unwrap_or(d.dbname),
             pool_size: self.pool_size,
+            prepared_statements: self.prepared_statements,
+            listen_url: self.listen_database_url.clone(),
         })
     }
 }
