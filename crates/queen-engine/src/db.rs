@@ -41,7 +41,11 @@ impl Pool {
 
     /// A connection, waited for within the pool's bounds.
     pub(crate) async fn get(&self) -> Result<Conn, EngineError> {
-        Ok(Conn { client: self.inner.get().await?, unnamed: self.unnamed.clone() })
+        Ok(Conn {
+            client: Some(self.inner.get().await?),
+            unnamed: self.unnamed.clone(),
+            read_only: false.into(),
+        })
     }
 
     /// The deadpool pool (status, close).
@@ -50,10 +54,24 @@ impl Pool {
     }
 }
 
-/// A pooled connection.
+/// A pooled connection. One that found itself on a read-only server (a
+/// primary demoted under it) is closed instead of going back to the pool.
 pub(crate) struct Conn {
-    client: deadpool_postgres::Object,
+    /// `None` only inside `drop`.
+    client: Option<deadpool_postgres::Object>,
     unnamed: Option<TypeCache>,
+    read_only: std::sync::atomic::AtomicBool,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.read_only.load(std::sync::atomic::Ordering::Relaxed) {
+            if let Some(client) = self.client.take() {
+                tracing::warn!("closing a connection to a read-only server");
+                drop(deadpool_postgres::Object::take(client));
+            }
+        }
+    }
 }
 
 /// A statement ready to run on a [`Conn`].
@@ -65,13 +83,19 @@ pub(crate) enum Stmt<'s> {
 impl std::ops::Deref for Conn {
     type Target = deadpool_postgres::Object;
     fn deref(&self) -> &Self::Target {
-        &self.client
+        match &self.client {
+            Some(client) => client,
+            None => unreachable!("the client is taken only in drop"),
+        }
     }
 }
 
 impl std::ops::DerefMut for Conn {
     fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.client
+        match &mut self.client {
+            Some(client) => client,
+            None => unreachable!("the client is taken only in drop"),
+        }
     }
 }
 
@@ -80,7 +104,7 @@ impl Conn {
     /// (unnamed mode) its parameter types, learnt once per process.
     pub(crate) async fn prepare_cached<'s>(&self, sql: &'s str) -> Result<Stmt<'s>, EngineError> {
         let Some(cache) = &self.unnamed else {
-            return Ok(Stmt::Prepared(self.client.prepare_cached(sql).await?));
+            return Ok(Stmt::Prepared(self.judge(self.wrapper().prepare_cached(sql).await)?));
         };
         let known = cache.read().unwrap_or_else(PoisonError::into_inner).get(sql).cloned();
         if let Some(types) = known {
@@ -88,17 +112,17 @@ impl Conn {
         }
         // BEGIN pins one server behind a transaction-mode pooler, so the
         // named statement is prepared, described and closed on that server.
-        self.client.batch_execute("BEGIN").await?;
-        let learnt = self.client.prepare(sql).await;
+        self.wrapper().batch_execute("BEGIN").await?;
+        let learnt = self.wrapper().prepare(sql).await;
         let types: Arc<[Type]> = match learnt {
             Ok(statement) => {
                 let types = statement.params().into();
                 drop(statement); // queues the Close before the COMMIT
-                self.client.batch_execute("COMMIT").await?;
+                self.wrapper().batch_execute("COMMIT").await?;
                 types
             }
             Err(e) => {
-                self.client.batch_execute("ROLLBACK").await?;
+                self.wrapper().batch_execute("ROLLBACK").await?;
                 return Err(e.into());
             }
         };
@@ -106,18 +130,34 @@ impl Conn {
         Ok(Stmt::Unnamed { sql, types })
     }
 
+    fn wrapper(&self) -> &deadpool_postgres::ClientWrapper {
+        self
+    }
+
+    /// Notes a read-only answer (SQLSTATE 25006), so `drop` closes the connection.
+    fn judge<T>(&self, result: Result<T, tokio_postgres::Error>) -> Result<T, EngineError> {
+        if let Err(e) = &result {
+            if e.code() == Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION) {
+                self.read_only.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        Ok(result?)
+    }
+
     /// Every row.
     pub(crate) async fn query(&self, stmt: &Stmt<'_>, params: Params<'_>) -> Result<Vec<Row>, EngineError> {
         match stmt {
-            Stmt::Prepared(s) => Ok(self.client.query(s, params).await?),
-            Stmt::Unnamed { sql, types } => Ok(self.client.query_typed(sql, &typed(params, types)?).await?),
+            Stmt::Prepared(s) => self.judge(self.wrapper().query(s, params).await),
+            Stmt::Unnamed { sql, types } => {
+                self.judge(self.wrapper().query_typed(sql, &typed(params, types)?).await)
+            }
         }
     }
 
     /// Exactly one row.
     pub(crate) async fn query_one(&self, stmt: &Stmt<'_>, params: Params<'_>) -> Result<Row, EngineError> {
         match stmt {
-            Stmt::Prepared(s) => Ok(self.client.query_one(s, params).await?),
+            Stmt::Prepared(s) => self.judge(self.wrapper().query_one(s, params).await),
             Stmt::Unnamed { .. } => {
                 let mut rows = self.query(stmt, params).await?;
                 match (rows.pop(), rows.is_empty()) {
@@ -135,7 +175,7 @@ impl Conn {
         params: Params<'_>,
     ) -> Result<Option<Row>, EngineError> {
         match stmt {
-            Stmt::Prepared(s) => Ok(self.client.query_opt(s, params).await?),
+            Stmt::Prepared(s) => self.judge(self.wrapper().query_opt(s, params).await),
             Stmt::Unnamed { .. } => {
                 let mut rows = self.query(stmt, params).await?;
                 match rows.len() {
@@ -151,13 +191,13 @@ impl Conn {
     /// The number of rows changed.
     pub(crate) async fn execute(&self, stmt: &Stmt<'_>, params: Params<'_>) -> Result<u64, EngineError> {
         match stmt {
-            Stmt::Prepared(s) => Ok(self.client.execute(s, params).await?),
+            Stmt::Prepared(s) => self.judge(self.wrapper().execute(s, params).await),
             Stmt::Unnamed { sql, types } => {
                 use futures_util::StreamExt;
-                let stream = self.client.query_typed_raw(sql, typed(params, types)?).await?;
+                let stream = self.judge(self.wrapper().query_typed_raw(sql, typed(params, types)?).await)?;
                 let mut stream = std::pin::pin!(stream);
                 while let Some(row) = stream.next().await {
-                    row?;
+                    self.judge(row)?;
                 }
                 Ok(stream.rows_affected().unwrap_or(0))
             }
