@@ -11,4 +11,5 @@ SELECT queen.transaction_rows(gen_random_uuid()::text, lower(:lease::text), 4194
   ARRAY['putIfAbsent'], ARRAY['once'], ARRAY['charge:' || :tx::text], ARRAY['true'::jsonb], ARRAY[86400::bigint],
   ARRAY[NULL::boolean], ARRAY[NULL::bigint], ARRAY[true], ARRAY[NULL::numeric], ARRAY[NULL::numeric],
   ARRAY[NULL::numeric], ARRAY[NULL::jsonb], ARRAY[NULL::text], ARRAY[NULL::text], ARRAY[NULL::integer],
-  ARRAY[NULL::boolean])::text;
+  ARRAY[NULL::boolean],
+  '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::text[])::text;
