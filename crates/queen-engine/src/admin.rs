@@ -24,7 +24,12 @@ impl Engine {
 
     /// Every queue with its options and message counts.
     pub async fn resources_queues(&self) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.resources_queues()::text", &[]).await
+        self.queues_page(None, 0).await
+    }
+
+    /// A page of queues by name (`limit` `None`: all), with `total`, the number of queues.
+    pub async fn queues_page(&self, limit: Option<i32>, offset: i32) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.resources_queues($1, $2)::text", &[&limit, &offset]).await
     }
 
     /// One queue with its partitions (404 when missing).

@@ -450,7 +450,7 @@ pub(crate) async fn push_call(
     let row = client
         .query_one(
             &stmt,
-            &[&c.queues, &c.partitions, &c.transaction_ids, &c.trace_ids, &c.payloads, &requests],
+            &[&c.queues, &c.partitions, &c.transaction_ids, &c.trace_ids, &c.payloads, &requests, &c.subs()],
         )
         .await?;
     drop(client);

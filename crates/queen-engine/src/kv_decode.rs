@@ -67,7 +67,8 @@ pub(crate) fn decode_call(body: &str, in_tx: bool) -> Result<Vec<KvOp>, EngineEr
     let decoded = ops
         .iter()
         .enumerate()
-        .map(|(i, o)| decode_op(&format!("operations[{i}]"), o, in_tx))
+        // A bundle's ops are its `kv` list; name them as the caller wrote them.
+        .map(|(i, o)| decode_op(&format!("{}[{i}]", if in_tx { "kv" } else { "operations" }), o, in_tx))
         .collect::<Result<Vec<_>, _>>()?;
     refuse_duplicate_writes(&decoded)?;
     Ok(decoded)

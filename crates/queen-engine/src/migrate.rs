@@ -55,6 +55,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0012_ephemeral.sql",
         sql: include_str!("../sql/migrations/0012_ephemeral.sql"),
     },
+    Migration {
+        version: 13,
+        name: "0013_producer_sub.sql",
+        sql: include_str!("../sql/migrations/0013_producer_sub.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

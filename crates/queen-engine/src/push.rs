@@ -24,6 +24,9 @@ pub struct PushItem {
     pub trace_id: Option<String>,
     /// The payload as sent, byte for byte; `None` when the item had none.
     pub payload: Option<Box<RawValue>>,
+    /// Who pushed it, as the broker's authentication established (a JWT's
+    /// `sub`); never decoded from a request, so a consumer can trust it.
+    pub producer_sub: Option<String>,
 }
 
 /// Decodes a JSON array of push items, refusing the first bad one with the
@@ -75,6 +78,8 @@ pub(crate) fn decode_item_in(list: &str, i: usize, item: &RawValue) -> Result<Pu
         transaction_id,
         trace_id,
         payload,
+        // A `producerSub` in the body is ignored: only authentication sets it.
+        producer_sub: None,
     })
 }
 
@@ -105,6 +110,7 @@ pub(crate) struct PushColumns<'a> {
     pub transaction_ids: Vec<Option<&'a str>>,
     pub trace_ids: Vec<Option<&'a str>>,
     pub payloads: Vec<Option<&'a str>>,
+    pub producer_subs: Vec<Option<&'a str>>,
 }
 
 impl<'a> PushColumns<'a> {
@@ -115,6 +121,7 @@ impl<'a> PushColumns<'a> {
             transaction_ids: Vec::new(),
             trace_ids: Vec::new(),
             payloads: Vec::new(),
+            producer_subs: Vec::new(),
         };
         for it in items {
             c.queues.push(&it.queue);
@@ -122,8 +129,15 @@ impl<'a> PushColumns<'a> {
             c.transaction_ids.push(it.transaction_id.as_deref());
             c.trace_ids.push(it.trace_id.as_deref());
             c.payloads.push(it.payload.as_ref().map(|p| p.get()));
+            c.producer_subs.push(it.producer_sub.as_deref());
         }
         c
+    }
+
+    /// The producer identities, or `None` (a NULL array) when no item has one,
+    /// as without authentication.
+    pub(crate) fn subs(&self) -> Option<&Vec<Option<&'a str>>> {
+        self.producer_subs.iter().any(Option::is_some).then_some(&self.producer_subs)
     }
 }
 

@@ -143,7 +143,19 @@ impl Engine {
     /// rejected ack, a duplicate push, a lost `required` precondition) is
     /// `Err(EngineError::Refused(body))` and changed nothing.
     pub async fn transaction(&self, body: &str) -> Result<Json, EngineError> {
-        self.transaction_bundle(decode_bundle_for(body, self.timer_horizon())?).await
+        self.transaction_by(body, None).await
+    }
+
+    /// As [`Engine::transaction`], with the pushes stamped with their
+    /// producer's identity (the caller's authenticated `sub`).
+    pub async fn transaction_by(&self, body: &str, producer_sub: Option<&str>) -> Result<Json, EngineError> {
+        let mut bundle = decode_bundle_for(body, self.timer_horizon())?;
+        if let Some(sub) = producer_sub {
+            for (_, item) in &mut bundle.pushes {
+                item.producer_sub = Some(sub.to_owned());
+            }
+        }
+        self.transaction_bundle(bundle).await
     }
 
     /// Applies a checked bundle in one commit.
@@ -195,6 +207,8 @@ impl Engine {
         ];
         params.extend(kv.params());
         params.extend(timer_columns.params());
+        let subs = push.subs();
+        params.push(&subs);
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../sql/statements/transaction.sql")).await?;
         let row = client.query_one(&stmt, &params).await?;

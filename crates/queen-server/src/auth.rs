@@ -6,18 +6,30 @@
 //! but `GET /health` (which load balancers probe without credentials) must
 //! carry `Authorization: Bearer <token>`.
 //!
-//! **Roles.** A static token has the role it was configured with. A JWT
-//! has the role named by its `role` claim, `"read"` or `"write"`; a verified
-//! JWT without one of those two values is answered 403 (it proves who the
-//! caller is but grants nothing). `write` may do everything. `read` may only
-//! observe: `GET` and `HEAD`, except the pop routes, which are `GET` but take
-//! leases (and, with `autoAck`, consume), so they need `write`; and the
-//! reads by offset (`POST /api/v1/fetch`, `POST /api/v1/partitions/changed`),
-//! which are `POST` only because their entries do not fit a URL. Every other
-//! `POST`, `PUT` and `DELETE` needs `write`, including a `POST /api/v1/kv`
-//! batch that holds only gets: the route is decided before the body is read,
-//! and a body-dependent rule would have to parse untrusted input before
-//! authorisation.
+//! **Roles** are Queen's: `read-only` < `read-write` < `admin`. A static
+//! token has the role it was configured with. A JWT has the highest role
+//! named by its `role` claim (a string) or its `roles` claim (an array of
+//! strings); a verified JWT that names none of them is answered 403 (it
+//! proves who the caller is but grants nothing). Our earlier names stay
+//! accepted: `read` is `read-only`, `write` is `admin` (it always meant
+//! "everything").
+//! - `read-only` may observe: `GET` and `HEAD`, except the pop routes, which
+//!   are `GET` but take leases (and, with `autoAck`, consume); plus the reads
+//!   by offset (`POST /api/v1/fetch`, `POST /api/v1/partitions/changed`,
+//!   `POST /streams/v1/state/get`), which are `POST` only because their
+//!   entries do not fit a URL.
+//! - `read-write` may also push, pop, ack, configure, and every other `POST`,
+//!   `PUT` and `DELETE`, including a `POST /api/v1/kv` batch that holds only
+//!   gets: the route is decided before the body is read, and a
+//!   body-dependent rule would have to parse untrusted input before
+//!   authorisation.
+//! - `admin` may also use the system routes (`/api/v1/system/*`: the
+//!   maintenance switches) and delete queues and consumer groups
+//!   (`DELETE /api/v1/resources/queues/*`, `DELETE /api/v1/consumer-groups/*`).
+//!
+//! **Identity.** With JWTs on, the token's `sub` is the caller's identity:
+//! the push routes stamp it on every message as `producerSub` (any
+//! `producerSub` in the body is ignored), so a consumer can trust it.
 //!
 //! **Answers.** No token, a token we do not know, a bad signature, an
 //! expired JWT: 401 with `WWW-Authenticate: Bearer` and the broker's JSON
@@ -55,13 +67,15 @@ use crate::error::json_response;
 /// Seconds of clock skew tolerated on `exp` and `nbf`.
 const LEEWAY_SECS: u64 = 30;
 
-/// What a credential may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a credential may do; each role may do what the ones below it may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Role {
-    /// Observe only: `GET`/`HEAD` routes other than pop.
-    Read,
-    /// Everything.
-    Write,
+    /// Observe only: `GET`/`HEAD` routes other than pop, and reads by offset.
+    ReadOnly,
+    /// Produce and consume: everything but the admin routes.
+    ReadWrite,
+    /// Everything, the maintenance switches and deletions of queues and groups included.
+    Admin,
 }
 
 impl FromStr for Role {
@@ -69,11 +83,33 @@ impl FromStr for Role {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "read" => Ok(Role::Read),
-            "write" => Ok(Role::Write),
+            "read-only" | "read" => Ok(Role::ReadOnly),
+            "read-write" => Ok(Role::ReadWrite),
+            "admin" | "write" => Ok(Role::Admin),
             other => Err(AuthConfigError::UnknownRole(other.to_owned())),
         }
     }
+}
+
+impl Role {
+    /// Queen's name of the role.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::ReadOnly => "read-only",
+            Role::ReadWrite => "read-write",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+/// Who made a request, as authentication established it; in the request's
+/// extensions for the handlers (absent when authentication is off).
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// The credential's role.
+    pub role: Role,
+    /// A JWT's `sub`; `None` for static tokens.
+    pub sub: Option<String>,
 }
 
 /// A setting that cannot make a working authentication.
@@ -82,8 +118,8 @@ pub enum AuthConfigError {
     /// An empty static token would match an empty `Authorization: Bearer `.
     #[error("a bearer token must not be empty")]
     EmptyToken,
-    /// A role other than `read` or `write`.
-    #[error("unknown role {0:?}: use read or write")]
+    /// A role other than Queen's three (or our `read`/`write`).
+    #[error("unknown role {0:?}: use read-only, read-write or admin")]
     UnknownRole(String),
     /// An empty HS256 secret signs nothing.
     #[error("the JWT HS256 secret must not be empty")]
@@ -143,16 +179,17 @@ impl AuthConfig {
         Ok(self)
     }
 
-    /// Accepts a static token written `token:read`, `token:write`, or a
-    /// plain `token` (write). Only a final `:read`/`:write` is a role, so a
-    /// token may itself contain colons.
+    /// Accepts a static token written `token:ROLE` (`read-only`,
+    /// `read-write`, `admin`, or `read` / `write`), or a plain `token`
+    /// (admin). Only a final role name is a role, so a token may itself
+    /// contain colons.
     pub fn with_token_spec(self, spec: &str) -> Result<Self, AuthConfigError> {
         match spec.rsplit_once(':') {
-            Some((token, role @ ("read" | "write"))) => {
+            Some((token, role @ ("read" | "write" | "read-only" | "read-write" | "admin"))) => {
                 let role = role.parse()?;
                 self.with_token(token, role)
             }
-            _ => self.with_token(spec, Role::Write),
+            _ => self.with_token(spec, Role::Admin),
         }
     }
 
@@ -196,10 +233,10 @@ impl AuthConfig {
         self
     }
 
-    /// The role of a presented token, or why it is refused.
-    fn authenticate(&self, token: &str) -> Result<Role, Denied> {
+    /// Who presented `token`, or why it is refused.
+    fn authenticate(&self, token: &str) -> Result<Caller, Denied> {
         if let Some(role) = self.static_role(token) {
-            return Ok(role);
+            return Ok(Caller { role, sub: None });
         }
         if self.accepts_jwt() && token.bytes().filter(|&b| b == b'.').count() == 2 {
             return self.jwt_role(token);
@@ -219,7 +256,7 @@ impl AuthConfig {
         found
     }
 
-    fn jwt_role(&self, token: &str) -> Result<Role, Denied> {
+    fn jwt_role(&self, token: &str) -> Result<Caller, Denied> {
         // `alg: none` and unknown algorithms do not parse into `Algorithm`.
         let header = jsonwebtoken::decode_header(token).map_err(|_| Denied::Unauthorized("invalid token"))?;
         let key = match header.alg {
@@ -255,20 +292,26 @@ impl AuthConfig {
                 _ => "invalid token",
             })
         })?;
-        match data.claims.role.as_ref().and_then(|r| r.as_str()) {
-            Some("read") => Ok(Role::Read),
-            Some("write") => Ok(Role::Write),
-            _ => Err(Denied::Forbidden("the token's role claim is neither read nor write")),
-        }
+        let claims = data.claims;
+        let named =
+            claims.role.iter().chain(claims.roles.as_ref().and_then(|r| r.as_array()).into_iter().flatten());
+        let role = named.filter_map(|r| r.as_str()).filter_map(|r| r.parse::<Role>().ok()).max();
+        let role = role.ok_or(Denied::Forbidden(
+            "the token names no role: a role or roles claim with read-only, read-write or admin",
+        ))?;
+        let sub = claims.sub.and_then(|s| s.as_str().map(str::to_owned));
+        Ok(Caller { role, sub })
     }
 }
 
-/// The only claim we read ourselves; `exp`, `nbf`, `iss` and `aud` are
-/// checked by `jsonwebtoken`. A JSON value so that a non-string role is a
-/// 403 like any other unknown role, not a decoding failure.
+/// The claims we read ourselves; `exp`, `nbf`, `iss` and `aud` are checked
+/// by `jsonwebtoken`. JSON values, so that a claim of another type is a 403
+/// like any other unknown role (or no identity), not a decoding failure.
 #[derive(serde::Deserialize)]
 struct Claims {
     role: Option<serde_json::Value>,
+    roles: Option<serde_json::Value>,
+    sub: Option<serde_json::Value>,
 }
 
 fn digest(token: &str) -> [u8; 32] {
@@ -285,6 +328,22 @@ enum Denied {
 /// `GET /health` stays open so that probes need no credentials.
 fn is_open(method: &Method, route: Option<&str>) -> bool {
     (method == Method::GET || method == Method::HEAD) && route == Some("/health")
+}
+
+/// The least role a route needs (see the module documentation).
+fn required_role(method: &Method, route: Option<&str>) -> Role {
+    let admin = route.is_some_and(|r| r.starts_with("/api/v1/system/"))
+        || (method == Method::DELETE
+            && route.is_some_and(|r| {
+                r.starts_with("/api/v1/resources/queues/") || r.starts_with("/api/v1/consumer-groups/")
+            }));
+    if admin {
+        Role::Admin
+    } else if needs_write(method, route) {
+        Role::ReadWrite
+    } else {
+        Role::ReadOnly
+    }
 }
 
 /// Whether the route changes state (see the module documentation).
@@ -335,7 +394,7 @@ fn refusal(denied: &Denied) -> Response {
 /// Checks credentials before anything else of the request is looked at
 /// (inside the metrics and request-id layers, so refusals are counted and
 /// carry an `x-request-id`).
-pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, req: Request, next: Next) -> Response {
+pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, mut req: Request, next: Next) -> Response {
     if !auth.is_enabled() {
         return next.run(req).await;
     }
@@ -356,16 +415,17 @@ pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, req: Request, nex
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"queen\""));
             return resp;
         }
-        Some(token) => auth.authenticate(token).and_then(|role| {
-            if role == Role::Read && needs_write(method, route) {
-                Err(Denied::Forbidden("this route needs a write token"))
-            } else {
-                Ok(role)
-            }
+        Some(token) => auth.authenticate(token).and_then(|caller| match required_role(method, route) {
+            needed if caller.role >= needed => Ok(caller),
+            Role::Admin => Err(Denied::Forbidden("this route needs the admin role")),
+            _ => Err(Denied::Forbidden("this route needs the read-write role")),
         }),
     };
     match verdict {
-        Ok(_) => next.run(req).await,
+        Ok(caller) => {
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
         Err(denied) => {
             tracing::debug!(
                 ?denied,
@@ -391,11 +451,19 @@ mod tests {
             .and_then(|a| a.with_token_spec("has:colons:read"))
             .and_then(|a| a.with_token_spec("has:colon"))
             .unwrap();
-        assert_eq!(auth.static_role("r"), Some(Role::Read));
-        assert_eq!(auth.static_role("w"), Some(Role::Write));
-        assert_eq!(auth.static_role("plain"), Some(Role::Write));
-        assert_eq!(auth.static_role("has:colons"), Some(Role::Read));
-        assert_eq!(auth.static_role("has:colon"), Some(Role::Write));
+        assert_eq!(auth.static_role("r"), Some(Role::ReadOnly));
+        assert_eq!(auth.static_role("w"), Some(Role::Admin));
+        assert_eq!(auth.static_role("plain"), Some(Role::Admin));
+        assert_eq!(auth.static_role("has:colons"), Some(Role::ReadOnly));
+        assert_eq!(auth.static_role("has:colon"), Some(Role::Admin));
+        let queen = AuthConfig::default()
+            .with_token_spec("a:read-only")
+            .and_then(|a| a.with_token_spec("b:read-write"))
+            .and_then(|a| a.with_token_spec("c:admin"))
+            .unwrap();
+        assert_eq!(queen.static_role("a"), Some(Role::ReadOnly));
+        assert_eq!(queen.static_role("b"), Some(Role::ReadWrite));
+        assert_eq!(queen.static_role("c"), Some(Role::Admin));
         assert_eq!(auth.static_role("r:read"), None);
         assert_eq!(auth.static_role(""), None);
         assert!(AuthConfig::default().with_token_spec(":read").is_err());
@@ -405,7 +473,7 @@ mod tests {
 
     #[test]
     fn debug_shows_no_secret() {
-        let auth = AuthConfig::default().with_token("s3cret-token", Role::Write).unwrap();
+        let auth = AuthConfig::default().with_token("s3cret-token", Role::Admin).unwrap();
         let auth = auth.with_hs256_secret(b"hmac-s3cret").unwrap();
         let shown = format!("{auth:?}");
         assert!(!shown.contains("s3cret"), "{shown}");
@@ -423,6 +491,19 @@ mod tests {
         assert!(needs_write(&Method::POST, Some("/api/v1/locks")));
         assert!(needs_write(&Method::PUT, None));
         assert!(needs_write(&Method::DELETE, Some("/api/v1/resources/queues/{queue}")));
+        assert_eq!(required_role(&Method::GET, Some("/api/v1/resources/queues")), Role::ReadOnly);
+        assert_eq!(required_role(&Method::POST, Some("/api/v1/push")), Role::ReadWrite);
+        assert_eq!(required_role(&Method::POST, Some("/api/v1/configure")), Role::ReadWrite);
+        assert_eq!(required_role(&Method::POST, Some("/api/v1/system/maintenance")), Role::Admin);
+        assert_eq!(required_role(&Method::GET, Some("/api/v1/system/maintenance")), Role::Admin);
+        assert_eq!(required_role(&Method::DELETE, Some("/api/v1/resources/queues/{queue}")), Role::Admin);
+        assert_eq!(required_role(&Method::DELETE, Some("/api/v1/consumer-groups/{group}")), Role::Admin);
+        assert_eq!(
+            required_role(&Method::DELETE, Some("/api/v1/consumer-groups/{group}/queues/{queue}")),
+            Role::Admin
+        );
+        assert_eq!(required_role(&Method::DELETE, Some("/api/v1/kv/{ns}/{*key}")), Role::ReadWrite);
+        assert_eq!(required_role(&Method::GET, Some("/api/v1/pop/queue/{queue}")), Role::ReadWrite);
         assert!(is_open(&Method::GET, Some("/health")));
         assert!(!is_open(&Method::POST, Some("/health")));
         assert!(!is_open(&Method::GET, None));

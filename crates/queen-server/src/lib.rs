@@ -26,7 +26,7 @@ use axum::Router;
 use queen_engine::Engine;
 use tokio::net::TcpListener;
 
-pub use auth::{AuthConfig, AuthConfigError, Role};
+pub use auth::{AuthConfig, AuthConfigError, Caller, Role};
 pub use error::ApiError;
 pub use tls::{TlsIdentity, TlsSetupError};
 

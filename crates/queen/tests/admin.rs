@@ -492,6 +492,16 @@ async fn consumer_groups_list_detail_and_lagging() {
     assert_eq!(parts[0]["offsetLag"], 0);
     assert_eq!(parts[0]["leaseActive"], false);
     assert!(parts[0]["lastConsumedAt"].is_string(), "{one}");
+    assert_eq!(parts[0]["totalConsumed"], 3, "billing consumed all three: {one}");
+    assert_eq!(parts[0]["timeLagSeconds"], 0.0, "nothing left to consume: {one}");
+    assert_eq!(parts[0]["workerId"], Value::Null, "no lease held: {one}");
+    // Queue mode: one consumed, two behind; a lease held names its holder.
+    let held = b.pop_some("cg", "batch=1").await;
+    let all = get_ok(&b, "/api/v1/consumer-groups").await;
+    let qm_parts = group_entry(&all, QM, "cg").unwrap()["partitions"].clone();
+    assert_eq!(qm_parts[0]["totalConsumed"], 1, "{qm_parts}");
+    assert!(qm_parts[0]["timeLagSeconds"].as_f64().unwrap() >= 0.0, "{qm_parts}");
+    assert_eq!(qm_parts[0]["workerId"], held["leaseId"], "the lease holder: {qm_parts}");
 
     let lagging = get_ok(&b, "/api/v1/consumer-groups/lagging?minLagSeconds=0").await;
     assert!(group_entry(&lagging, QM, "cg").is_some(), "queue mode lags: {lagging}");
@@ -1012,5 +1022,29 @@ async fn prometheus_reports_batch_sizes_of_pushes_and_gets() {
     for kind in ["push", "ack", "kv_get", "kv_write"] {
         let label = format!("kind=\"{kind}\"");
         assert_eq!(sample(&text, "queen_batch_retried_total", &[&label]), Some(0.0), "{kind}: {text}");
+    }
+}
+
+#[tokio::test]
+async fn status_queues_pages_by_name_with_limit_and_offset() {
+    let b = TestBroker::start().await;
+    for q in ["q-c", "q-a", "q-e", "q-b", "q-d"] {
+        b.push(q, "Default", &[("t", json!(1))]).await;
+    }
+    let names = |v: &Value| -> Vec<String> {
+        v["queues"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap().to_owned()).collect()
+    };
+    let all = get_ok(&b, "/api/v1/status/queues").await;
+    assert_eq!(names(&all), ["q-a", "q-b", "q-c", "q-d", "q-e"]);
+    assert_eq!(all["total"], 5);
+    let page = get_ok(&b, "/api/v1/status/queues?limit=2&offset=1").await;
+    assert_eq!(names(&page), ["q-b", "q-c"]);
+    assert_eq!(page["total"], 5, "total counts every queue");
+    assert_eq!(page["queues"][0]["messages"]["total"], 1, "counts come with the page: {page}");
+    let past = get_ok(&b, "/api/v1/status/queues?limit=2&offset=10").await;
+    assert_eq!(names(&past), Vec::<String>::new());
+    for bad in ["limit=0", "limit=x", "offset=-1", "limit=10001"] {
+        let (code, body) = b.get(&format!("/api/v1/status/queues?{bad}")).await;
+        assert_eq!(code, 400, "{bad}: {body}");
     }
 }

@@ -19,8 +19,11 @@ const PRIVATE_PEM: &str = include_str!("fixtures/jwt-test-rs256-private.pem");
 
 /// A broker with a read and a write static token.
 async fn with_tokens() -> TestBroker {
-    let auth =
-        AuthConfig::default().with_token(READ, Role::Read).unwrap().with_token(WRITE, Role::Write).unwrap();
+    let auth = AuthConfig::default()
+        .with_token(READ, Role::ReadOnly)
+        .unwrap()
+        .with_token(WRITE, Role::Admin)
+        .unwrap();
     TestBroker::start_with(ServerConfig { auth, ..ServerConfig::default() }).await
 }
 
@@ -296,7 +299,7 @@ async fn hs256_jwts_carry_their_role_and_bad_ones_are_401() {
     }
     let (s, _, body) = as_(
         &b,
-        &hs256(&json!({"role": "admin", "exp": now() + 600}), SECRET),
+        &hs256(&json!({"role": "superuser", "exp": now() + 600}), SECRET),
         Method::GET,
         "/api/v1/status",
         None,
@@ -393,7 +396,7 @@ fn bad_keys_and_tokens_fail_the_configuration() {
     let damaged = PUBLIC_PEM.replacen("MII", "MIA", 1);
     assert!(AuthConfig::default().with_rs256_public_key_pem(damaged.as_bytes()).is_err());
     assert!(AuthConfig::default().with_hs256_secret(b"").is_err());
-    assert!(AuthConfig::default().with_token("", Role::Read).is_err());
+    assert!(AuthConfig::default().with_token("", Role::ReadOnly).is_err());
     assert!(!AuthConfig::default().is_enabled());
 }
 
@@ -419,4 +422,137 @@ fn serve_refuses_to_start_on_a_bad_key_file_and_names_it() {
         .expect("run queen serve");
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--jwt-audience"));
+}
+
+#[tokio::test]
+async fn queen_roles_read_only_read_write_and_admin_each_get_their_routes() {
+    let b = with_auth(AuthConfig::default().with_hs256_secret(SECRET).unwrap()).await;
+    let ro = hs256(&json!({"sub": "viewer", "role": "read-only", "exp": now() + 600}), SECRET);
+    let rw = hs256(&json!({"sub": "alice", "role": "read-write", "exp": now() + 600}), SECRET);
+    // A roles array: the highest role named counts; unknown names are skipped.
+    let admin = hs256(
+        &json!({"sub": "root", "roles": ["read-only", "janitor", "admin"], "exp": now() + 600}),
+        SECRET,
+    );
+
+    // read-only observes and nothing else.
+    assert_eq!(as_(&b, &ro, Method::GET, "/api/v1/status", None).await.0, 200);
+    let (s, _, body) = as_(&b, &ro, Method::POST, "/api/v1/push", Some(push_body("q", "t0"))).await;
+    assert_forbidden(s, &body);
+
+    // read-write produces and consumes (Queen's own token: 403 here before).
+    let (s, _, body) = as_(&b, &rw, Method::POST, "/api/v1/push", Some(push_body("q", "t1"))).await;
+    assert_eq!(s, 201, "{body}");
+    let (s, _, popped) = as_(&b, &rw, Method::GET, "/api/v1/pop/queue/q?wait=false", None).await;
+    assert_eq!(s, 200, "{popped}");
+    // ...but the maintenance switches and deletions are the admin's.
+    for (method, path) in [
+        (Method::GET, "/api/v1/system/maintenance"),
+        (Method::POST, "/api/v1/system/maintenance"),
+        (Method::DELETE, "/api/v1/resources/queues/q"),
+        (Method::DELETE, "/api/v1/consumer-groups/g"),
+    ] {
+        let body = (method == Method::POST).then(|| json!({"enabled": false}));
+        let (s, _, answer) = as_(&b, &rw, method.clone(), path, body).await;
+        assert_forbidden(s, &answer);
+        assert!(answer["error"].as_str().unwrap().contains("admin"), "{path}: {answer}");
+    }
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.queues WHERE name = 'q'").await, 1, "nothing deleted");
+
+    // admin may do all of it.
+    let (s, _, answer) = as_(&b, &admin, Method::GET, "/api/v1/system/maintenance", None).await;
+    assert_eq!(s, 200, "{answer}");
+    let (s, _, answer) = as_(&b, &admin, Method::DELETE, "/api/v1/resources/queues/q", None).await;
+    assert_eq!(s, 200, "{answer}");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.queues WHERE name = 'q'").await, 0);
+}
+
+#[tokio::test]
+async fn static_tokens_take_queen_role_names() {
+    let auth = AuthConfig::default()
+        .with_token_spec("viewer-token-0123:read-only")
+        .and_then(|a| a.with_token_spec("worker-token-0123:read-write"))
+        .and_then(|a| a.with_token_spec("root-token-0123:admin"))
+        .unwrap();
+    let b = with_auth(auth).await;
+    let (s, _, body) =
+        as_(&b, "viewer-token-0123", Method::POST, "/api/v1/push", Some(push_body("q", "a"))).await;
+    assert_forbidden(s, &body);
+    assert_eq!(
+        as_(&b, "worker-token-0123", Method::POST, "/api/v1/push", Some(push_body("q", "b"))).await.0,
+        201
+    );
+    let (s, _, body) = as_(&b, "worker-token-0123", Method::GET, "/api/v1/system/maintenance", None).await;
+    assert_forbidden(s, &body);
+    assert_eq!(as_(&b, "root-token-0123", Method::GET, "/api/v1/system/maintenance", None).await.0, 200);
+}
+
+#[tokio::test]
+async fn with_jwt_on_every_message_carries_its_pushers_sub_and_a_body_cannot_forge_it() {
+    let auth =
+        AuthConfig::default().with_hs256_secret(SECRET).unwrap().with_token(WRITE, Role::Admin).unwrap();
+    let b = with_auth(auth).await;
+    let alice = hs256(&json!({"sub": "alice", "role": "read-write", "exp": now() + 600}), SECRET);
+    let forged = json!({"items": [{"queue": "ps", "transactionId": "p1", "payload": {"n": 1}, "producerSub": "mallory"}]});
+    let (s, _, body) = as_(&b, &alice, Method::POST, "/api/v1/push", Some(forged)).await;
+    assert_eq!(s, 201, "{body}");
+    // A bundle's pushes are stamped the same way.
+    let bundle = json!({"operations": [{"type": "push", "items": [
+        {"queue": "ps", "transactionId": "p2", "payload": {"n": 2}, "producerSub": "mallory"}]}], "requiredLeases": []});
+    let (s, _, body) = as_(&b, &alice, Method::POST, "/api/v1/transaction", Some(bundle)).await;
+    assert_eq!((s, body["success"].clone()), (200, json!(true)), "{body}");
+    // A static token proves no identity: nothing is stamped.
+    let (s, _, _) = as_(
+        &b,
+        WRITE,
+        Method::POST,
+        "/api/v1/push",
+        Some(json!({"items": [
+        {"queue": "ps", "transactionId": "p3", "payload": {"n": 3}, "producerSub": "mallory"}]})),
+    )
+    .await;
+    assert_eq!(s, 201);
+
+    let (s, _, popped) = as_(&b, &alice, Method::GET, "/api/v1/pop/queue/ps?batch=10&wait=false", None).await;
+    assert_eq!(s, 200, "{popped}");
+    let subs: Vec<(String, Value)> = popped["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["transactionId"].as_str().unwrap().to_owned(), m["producerSub"].clone()))
+        .collect();
+    assert_eq!(
+        subs,
+        [
+            ("p1".to_owned(), json!("alice")),
+            ("p2".to_owned(), json!("alice")),
+            ("p3".to_owned(), Value::Null)
+        ]
+    );
+
+    // The identity follows a message into the dead-letter queue and back.
+    let (s, _, _) = as_(
+        &b,
+        WRITE,
+        Method::POST,
+        "/api/v1/configure",
+        Some(json!({"queue": "dl", "options": {"retryLimit": 0}})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    as_(
+        &b,
+        &alice,
+        Method::POST,
+        "/api/v1/push",
+        Some(json!({"items": [{"queue": "dl", "transactionId": "d1", "payload": {}}]})),
+    )
+    .await;
+    let (_, _, m) = as_(&b, &alice, Method::GET, "/api/v1/pop/queue/dl?wait=false", None).await;
+    let msg = &m["messages"][0];
+    let ack = json!({"transactionId": "d1", "partitionId": msg["partitionId"], "leaseId": msg["leaseId"], "status": "failed"});
+    let (s, _, acked) = as_(&b, &alice, Method::POST, "/api/v1/ack", Some(ack)).await;
+    assert_eq!(s, 200, "{acked}");
+    let (_, _, dlq) = as_(&b, WRITE, Method::GET, "/api/v1/dlq?queue=dl", None).await;
+    assert_eq!(dlq["messages"][0]["producerSub"], json!("alice"), "{dlq}");
 }

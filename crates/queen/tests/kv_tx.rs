@@ -328,6 +328,22 @@ async fn a_bad_kv_op_in_a_transaction_is_a_kv_bad_request_and_nothing_commits() 
 }
 
 #[tokio::test]
+async fn a_bad_key_in_the_kv_rider_is_named_by_its_place_in_kv() {
+    let b = TestBroker::start().await;
+    let (s, r) = tx(
+        &b,
+        json!({"operations": [push_op(vec![item("q", json!(1))])], "requiredLeases": [],
+               "kv": [{"op": "put", "ns": "state", "key": "ok", "value": 1, "ttlSeconds": 60},
+                      {"op": "put", "ns": "state", "key": 42, "value": 1, "ttlSeconds": 60}]}),
+    )
+    .await;
+    assert_error_body(s, &r, 400, "kv_bad_key");
+    assert!(r.to_string().contains("kv[1].key"), "the rider's own index: {r}");
+    assert!(!r.to_string().contains("operations[1]"), "{r}");
+    assert_queue_empty(&b, "q").await;
+}
+
+#[tokio::test]
 async fn a_bundle_without_kv_answers_exactly_as_before() {
     let b = TestBroker::start().await;
     b.push("plain", "Default", &[("p-1", json!({"n": 1}))]).await;

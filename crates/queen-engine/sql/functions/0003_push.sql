@@ -23,6 +23,7 @@ DROP FUNCTION IF EXISTS queen.push(json);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[]);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[]);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[]);
+DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[], boolean);
 -- p_requests numbers the request each item came from when the engine's push
 -- batcher sends several requests in one call (NULL: one request): maxSize
 -- then judges each request in turn, as if they had come one after another.
@@ -34,9 +35,12 @@ DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], 
 -- (queen.encryption_changed: the engine's hint was stale, it retries), unless
 -- p_unsealed_ok (fired timers, whose payload the engine checked when it
 -- was scheduled).
+-- p_subs: each item's producer identity (the pushing token's `sub`), set by
+-- the engine from the authenticated caller, never from a request body.
 CREATE OR REPLACE FUNCTION queen.push_rows(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
   p_requests integer[], p_ids uuid[] DEFAULT NULL, p_unsealed_ok boolean DEFAULT false,
+  p_subs text[] DEFAULT NULL,
   OUT result json, OUT queued text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -100,9 +104,10 @@ BEGIN
           FROM items i WHERE i.ord = i.first_ord AND i.prior IS NULL
       ),
       ins AS (
-        INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at)
+        INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at,
+                                    producer_sub)
         SELECT v_pid, v_next + f.rn, coalesce(p_ids[f.ord::integer], queen.message_id(v_clock + f.rn)),
-               f.txid, f.trace, f.payload::json, v_at
+               f.txid, f.trace, f.payload::json, v_at, p_subs[f.ord::integer]
           FROM fresh f
         RETURNING transaction_id, id
       ),
@@ -237,8 +242,9 @@ BEGIN
       JOIN lanes l ON l.pid = d.pid
   ),
   ins AS (
-    INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at)
-    SELECT f.pid, l.next_seq + f.rn, f.new_id, f.txid, f.trace, f.payload::json, l.at
+    INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at,
+                                producer_sub)
+    SELECT f.pid, l.next_seq + f.rn, f.new_id, f.txid, f.trace, f.payload::json, l.at, p_subs[f.ord::integer]
       FROM decided f JOIN lanes l ON l.pid = f.pid
      WHERE f.is_fresh
     RETURNING 1

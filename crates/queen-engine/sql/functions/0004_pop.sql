@@ -251,7 +251,7 @@ BEGIN
 
   SELECT array_agg(json_build_object(
            'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id, 'data', m.payload,
-           'producerSub', NULL, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
+           'producerSub', m.producer_sub, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
            'partition', lane.pname, 'queue', q.name, 'leaseId', coalesce(p_lease::text, ''),
            'consumerGroup', p_group) ORDER BY m.seq),
          count(*), max(m.seq)

@@ -121,10 +121,10 @@ BEGIN
       IF v_stats[v_min] = 'dlq' OR (v_stats[v_min] = 'failed' AND cur.retry_count >= cur.retry_limit) THEN
         IF cur.dead_letter_queue AND (v_stats[v_min] = 'dlq' OR cur.dlq_after_max_retries) THEN
           INSERT INTO queen.dead_letters (queue_id, partition_id, consumer_group, seq, message_id,
-                 transaction_id, trace_id, payload, error_message, retry_count, created_at)
+                 transaction_id, trace_id, payload, error_message, retry_count, created_at, producer_sub)
           SELECT cur.queue_id, m.partition_id, g.grp, m.seq, m.id, m.transaction_id, m.trace_id, m.payload,
                  coalesce(v_errs[v_min], CASE WHEN v_stats[v_min] = 'dlq' THEN 'Moved to DLQ' ELSE 'Retries exhausted' END),
-                 cur.retry_count, m.created_at
+                 cur.retry_count, m.created_at, m.producer_sub
             FROM queen.messages m WHERE m.partition_id = g.pid AND m.seq = v_next;
           v_dlq := true;
         END IF;

@@ -39,7 +39,7 @@ BEGIN
          (SELECT json_agg(json_build_object(
             'id', m.message_id, 'data', m.payload, 'errorMessage', m.error_message,
             'transactionId', m.transaction_id, 'traceId', m.trace_id, 'partitionId', m.partition_id,
-            'queue', m.qname, 'partition', m.pname, 'consumerGroup', m.consumer_group,
+            'producerSub', m.producer_sub, 'queue', m.qname, 'partition', m.pname, 'consumerGroup', m.consumer_group,
             'retryCount', m.retry_count, 'createdAt', queen.iso(m.created_at),
             'failedAt', queen.iso(m.failed_at)) ORDER BY m.failed_at DESC, m.id DESC)
             FROM (SELECT * FROM matching ORDER BY failed_at DESC, id DESC LIMIT p_limit OFFSET p_offset) m)

@@ -16,6 +16,11 @@ DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, inte
   text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
   bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
   integer[], boolean[]);
+-- Before the producer identities (p_push_subs).
+DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, integer[], text[], text[], text[],
+  text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
+  bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
+  integer[], boolean[], text[], text[], text[], text[], text[], bigint[], text[]);
 CREATE OR REPLACE FUNCTION queen.transaction_rows(
   p_tx_id text, p_lent_lease text, p_max_read_bytes bigint, p_slot_count integer,
   p_push_slots integer[], p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
@@ -24,7 +29,8 @@ CREATE OR REPLACE FUNCTION queen.transaction_rows(
   a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
   a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
   a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[],
-  t_op text[], t_queue text[], t_key text[], t_part text[], t_payload text[], t_delay bigint[], t_txn text[])
+  t_op text[], t_queue text[], t_key text[], t_part text[], t_payload text[], t_delay bigint[], t_txn text[],
+  p_push_subs text[] DEFAULT NULL)
 RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -37,7 +43,8 @@ DECLARE
 BEGIN
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
     -- queen.push_rows refuses while push is paused.
-    SELECT x.result INTO v_push FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL) x;
+    SELECT x.result INTO v_push
+      FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL, p_subs => p_push_subs) x;
     SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
     IF r.x IS NOT NULL THEN
       RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(

@@ -37,14 +37,19 @@ LANGUAGE sql STABLE AS $$
    WHERE p.queue_id = p_queue_id
 $$;
 
-CREATE OR REPLACE FUNCTION queen.resources_queues() RETURNS json
+-- A page of queues by name (p_limit NULL: all of them); the counts are
+-- computed for the page only, and `total` counts every queue.
+DROP FUNCTION IF EXISTS queen.resources_queues();
+CREATE OR REPLACE FUNCTION queen.resources_queues(p_limit integer DEFAULT NULL, p_offset integer DEFAULT 0)
+RETURNS json
 LANGUAGE sql STABLE AS $$
   SELECT json_build_object('queues', coalesce(json_agg(json_build_object(
            'id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
            'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
            'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing),
-           'options', queen.queue_options(q)) ORDER BY q.name), '[]'::json))
-    FROM queen.queues q
+           'options', queen.queue_options(q)) ORDER BY q.name), '[]'::json),
+           'total', (SELECT count(*) FROM queen.queues))
+    FROM (SELECT * FROM queen.queues ORDER BY name LIMIT p_limit OFFSET p_offset) q
     CROSS JOIN LATERAL (SELECT count(*) AS partitions, coalesce(sum(total), 0) AS total,
                                coalesce(sum(pending), 0) AS pending, coalesce(sum(processing), 0) AS processing
                           FROM queen.partition_stats(q.id)) s
@@ -163,7 +168,7 @@ BEGIN
                    q.name || '/' || p.name AS "queuePath", q.name AS queue, p.name AS partition,
                    q.namespace, q.task,
                    CASE WHEN d.id IS NOT NULL THEN 'dead_letter' ELSE queen.message_status(c, m.seq) END AS status,
-                   m.trace_id AS "traceId", queen.iso(m.created_at) AS "createdAt",
+                   m.trace_id AS "traceId", m.producer_sub AS "producerSub", queen.iso(m.created_at) AS "createdAt",
                    CASE WHEN c.lease_expires_at > now() AND m.seq >= c.next_seq AND m.seq < c.batch_end
                         THEN queen.iso(c.lease_expires_at) END AS "leaseExpiresAt",
                    m.created_at, m.seq
@@ -195,7 +200,8 @@ BEGIN
   END IF;
   SELECT json_build_object('id', m.id, 'transactionId', m.transaction_id, 'partitionId', m.partition_id,
            'queue', q.name, 'partition', p.name, 'queuePath', q.name || '/' || p.name,
-           'payload', m.payload, 'traceId', m.trace_id, 'createdAt', queen.iso(m.created_at), 'offset', m.seq,
+           'payload', m.payload, 'traceId', m.trace_id, 'producerSub', m.producer_sub,
+           'createdAt', queen.iso(m.created_at), 'offset', m.seq,
            'isEncrypted', queen.is_sealed(m.payload::text),
            'errorMessage', (SELECT d.error_message FROM queen.dead_letters d
                              WHERE d.partition_id = m.partition_id AND d.seq = m.seq ORDER BY d.id DESC LIMIT 1),
@@ -248,8 +254,8 @@ BEGIN
          id_clock = queen.id_clock_start(greatest(now(), last_push_at), id_clock)
    WHERE id = p_partition_id
   RETURNING next_seq - 1, queen.message_id(id_clock) INTO v_seq, v_id;
-  INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at)
-  SELECT p_partition_id, v_seq, v_id, d.transaction_id, d.trace_id, d.payload, p.last_push_at
+  INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at, producer_sub)
+  SELECT p_partition_id, v_seq, v_id, d.transaction_id, d.trace_id, d.payload, p.last_push_at, d.producer_sub
     FROM queen.partitions p WHERE p.id = p_partition_id;
   DELETE FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx;
   PERFORM pg_notify('queen_push', json_build_array((SELECT q.name FROM queen.queues q WHERE q.id = d.queue_id))::text);
@@ -270,8 +276,16 @@ LANGUAGE sql STABLE AS $$
            CASE WHEN coalesce(sum(p.next_seq - c.next_seq), 0) = 0 THEN 'Stable' ELSE 'Lagging' END AS state,
            g.subscription_mode AS "subscriptionMode", queen.iso(g.subscription_from) AS "subscriptionTimestamp",
            queen.iso(g.created_at) AS "subscriptionCreatedAt",
+           -- Per partition: how far behind in messages and in seconds (the age of
+           -- the oldest message not consumed yet), how many it has consumed, and
+           -- who holds it now (the lease id: what a consumer acks and extends with).
            coalesce(json_agg(json_build_object('partition', p.name, 'partitionId', p.id, 'offset', c.next_seq,
              'offsetLag', p.next_seq - c.next_seq, 'leaseActive', coalesce(c.lease_expires_at > now(), false),
+             'timeLagSeconds', coalesce(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
+                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+                      ORDER BY m.seq LIMIT 1))::float8, 0),
+             'totalConsumed', c.next_seq,
+             'workerId', CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
              'lastConsumedAt', queen.iso(c.last_delivered_at)) ORDER BY p.name)
              FILTER (WHERE p.id IS NOT NULL), '[]'::json) AS partitions
       FROM queen.consumer_groups g

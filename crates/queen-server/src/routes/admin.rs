@@ -36,9 +36,12 @@ pub(crate) async fn queues(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.resources_queues().await?))
 }
 
-#[utoipa::path(get, path = "/api/v1/status/queues", tag = "status", responses((status = 200, description = "Every queue with its counts", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
-pub(crate) async fn status_queues(state: State<Arc<AppState>>) -> Answer {
-    queues(state).await
+#[utoipa::path(get, path = "/api/v1/status/queues", tag = "status", params(PageParams), responses((status = 200, description = "A page of queues by name with their counts, and total, the number of queues", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn status_queues(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
+    let p = Params::from(query)?;
+    let limit = p.int("limit", 1, 10_000)?.map(|l| l as i32);
+    let offset = p.int("offset", 0, i32::MAX as i64)?.unwrap_or(0) as i32;
+    Ok(ok(app.engine.queues_page(limit, offset).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/resources/queues/{queue}", tag = "resources", params(("queue" = String, Path)), responses((status = 200, description = "One queue with its partitions and groups", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]

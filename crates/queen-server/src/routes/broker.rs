@@ -9,6 +9,7 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use queen_engine::{DlqQuery, PopRequest};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -18,7 +19,7 @@ use crate::error::json_response;
 use crate::extract::{json_body, object_body, Params};
 #[allow(unused_imports)]
 use crate::openapi::*;
-use crate::{ApiError, AppState};
+use crate::{ApiError, AppState, Caller};
 
 pub(crate) type Body = Result<Bytes, BytesRejection>;
 pub(crate) type QueryMap = Result<Query<HashMap<String, String>>, QueryRejection>;
@@ -59,12 +60,23 @@ struct PushBody<'a> {
 }
 
 #[utoipa::path(post, path = "/api/v1/push", tag = "broker", request_body = PushRequest, responses((status = 201, description = "One result per item, in order: queued, duplicate or failed", body = [Object]), (status = 413, description = "Body too large", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
-pub(crate) async fn push(State(app): State<Arc<AppState>>, body: Body) -> Answer {
+pub(crate) async fn push(
+    State(app): State<Arc<AppState>>,
+    caller: Option<Extension<Caller>>,
+    body: Body,
+) -> Answer {
     let text = object_body(&body)?;
     let parsed: PushBody = serde_json::from_str(text)
         .map_err(|_| ApiError::bad("body", "must be an object with an items array"))?;
     let items = parsed.items.ok_or_else(|| ApiError::bad("items", "is required"))?;
-    let result = app.engine.push(items.get()).await?;
+    let mut items = queen_engine::decode_push_items(items.get())?;
+    // The producer is who authenticated, whatever the body says.
+    if let Some(sub) = caller.as_ref().and_then(|c| c.sub.as_deref()) {
+        for item in &mut items {
+            item.producer_sub = Some(sub.to_owned());
+        }
+    }
+    let result = app.engine.push_items(items).await?;
     Ok(json_response(StatusCode::CREATED, result.0))
 }
 
@@ -188,8 +200,13 @@ pub(crate) async fn extend_lease(
 }
 
 #[utoipa::path(post, path = "/api/v1/transaction", tag = "broker", request_body = TransactionRequest, responses((status = 200, description = "Committed, rolled back (success false), or a lost KV precondition (kv_precondition)", body = Object), (status = 413, description = "Body too large", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
-pub(crate) async fn transaction(State(app): State<Arc<AppState>>, body: Body) -> Answer {
-    Ok(ok(app.engine.transaction(json_body(&body)?).await?))
+pub(crate) async fn transaction(
+    State(app): State<Arc<AppState>>,
+    caller: Option<Extension<Caller>>,
+    body: Body,
+) -> Answer {
+    let sub = caller.as_ref().and_then(|c| c.sub.as_deref());
+    Ok(ok(app.engine.transaction_by(json_body(&body)?, sub).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/dlq", tag = "broker", params(DlqParams), responses((status = 200, description = "Dead letters", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
