@@ -34,6 +34,25 @@
 //!   and a counter past `i64` is [`Error::Precision`], never a rounded number;
 //! - hold state that correctness depends on: leases, cursors and KV values
 //!   live in the broker; the only memory is a push buffer the caller flushes.
+//!
+//! # Module layering
+//!
+//! Each module imports only modules listed before it here, so no two
+//! modules import each other:
+//!
+//! 1. `error`, then `message`: plain types;
+//! 2. `broker` (the [`Broker`] trait, [`EmbeddedBroker`]), then `http` ([`HttpBroker`]);
+//! 3. `kv` ([`Kv`], over a broker), then `state` ([`State`], over [`Kv`]);
+//! 4. `client`: the handles [`Queen`], [`Queue`] and [`Pop`];
+//! 5. the features built on the handles: `buffer`, `consume`, `ephemeral`,
+//!    `locks`, `reads`, `timers`, then `tx` (which fences with a
+//!    lock [`Permit`] and carries [`TimerSpec`]s).
+//!
+//! The constructor of a feature ([`Queen::tx`], [`Queue::consume`],
+//! [`Queue::buffered`], [`Queen::locks`], …) is an `impl Queen` / `impl Queue`
+//! block in the feature's own module, not in `client`: the handles never
+//! import the features built on them, and a feature can be read, changed
+//! or added without touching the handles.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
