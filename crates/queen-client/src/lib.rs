@@ -45,7 +45,7 @@
 //! 3. `kv` ([`Kv`], over a broker), then `state` ([`State`], over [`Kv`]);
 //! 4. `client`: the handles [`Queen`], [`Queue`] and [`Pop`];
 //! 5. the features built on the handles: `buffer`, `consume`, `ephemeral`,
-//!    `locks`, `reads`, `timers`, then `tx` (which fences with a
+//!    `groups`, `locks`, `reads`, `timers`, then `tx` (which fences with a
 //!    lock [`Permit`] and carries [`TimerSpec`]s).
 //!
 //! The constructor of a feature ([`Queen::tx`], [`Queue::consume`],
@@ -63,6 +63,7 @@ mod client;
 mod consume;
 mod ephemeral;
 mod error;
+mod groups;
 mod http;
 mod kv;
 mod locks;
@@ -72,15 +73,17 @@ mod state;
 mod timers;
 mod tx;
 
-pub use broker::{Broker, EmbeddedBroker, EphemeralVerb, StreamVerb};
+pub use broker::{Broker, EmbeddedBroker, EphemeralVerb, Seek, StreamVerb};
 pub use buffer::{Buffer, BufferOptions};
 pub use client::{Pop, Queen, Queue, QueueOptions, Subscription, DEFAULT_STATE_NS};
 pub use consume::{ConsumeStats, Consumer, HandlerError, StopSignal};
 pub use ephemeral::{AckOutcome, EphemeralMessage, EphemeralOptions, EphemeralPop, EphemeralQueue};
 pub use error::{Error, Result};
+pub use groups::{ConsumerGroup, GroupDeleted, GroupPartition, Seeked, SubscriptionUpdated};
 pub use http::{HttpBroker, HttpConfig, RetryPolicy};
 pub use kv::{
-    parse_i64, Counter, Entry, Expect, Expiry, Incr, Kv, KvResult, Many, Page, Pages, Reason, Write,
+    parse_i64, BatchOutcome, Counter, Entry, Expect, Expiry, Incr, KeyEntry, KeyPage, Kv, KvBatch, KvResult,
+    Many, Page, Pages, Reason, Write,
 };
 pub use locks::{LockHolder, LockOp, LockResult, Locks, Permit, LOCKS_NAMESPACE};
 pub use message::{
