@@ -48,7 +48,41 @@ pub trait Broker: Send + Sync {
     /// Deletes a queue (answers `deleted: false` when it did not exist).
     fn delete_queue(&self, queue: &str) -> impl Future<Output = Result<Json>> + Send;
 
-    /// Runs a KV call (`{"operations": [...]}`); a lost `required` precondition is `Ok` with its body.
+    /// Consumer groups with their lag, one entry per (group, queue), as a
+    /// JSON array: every group when `group` is `None`, else that group's.
+    /// (`GET /api/v1/consumer-groups[/{group}]`.)
+    fn consumer_groups(&self, group: Option<&str>) -> impl Future<Output = Result<Json>> + Send;
+
+    /// The groups behind on some partition whose oldest unconsumed message
+    /// is at least `min_lag_seconds` old (clamped to `i32::MAX`), as a JSON
+    /// array. (`GET /api/v1/consumer-groups/lagging`.)
+    fn lagging_groups(&self, min_lag_seconds: u32) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Deletes `group`'s cursors on `queue` (every queue when `None`); with
+    /// `delete_metadata` its registration too, else the group gets fresh
+    /// cursors at its stored start position.
+    /// (`DELETE /api/v1/consumer-groups/{group}[/queues/{queue}]`.)
+    fn delete_consumer_group(
+        &self,
+        group: &str,
+        queue: Option<&str>,
+        delete_metadata: bool,
+    ) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Sets `group`'s stored start position (its subscription) on every
+    /// queue to an RFC 3339 `timestamp`; existing cursors stay.
+    /// (`POST /api/v1/consumer-groups/{group}/subscription`.)
+    fn update_subscription(&self, group: &str, timestamp: &str) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Moves `group`'s existing cursors on `queue` and clears their leases.
+    /// (`POST /api/v1/consumer-groups/{group}/queues/{queue}/seek`.)
+    fn seek(&self, group: &str, queue: &str, to: &Seek) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Runs a KV call (`{"operations": [...]}`, kv.md): one op or a batch of
+    /// up to 256, run in one PostgreSQL transaction and answered
+    /// index-aligned (`results[i]` belongs to `operations[i]`); any op of
+    /// the wire, `getPrefix` with `keysOnly: true` included. A lost
+    /// `required` precondition is `Ok` with its `{"ok": false, ...}` body.
     fn kv(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
 
     /// Runs a locks call (`{"operations": [...]}`): one result per op.
@@ -97,6 +131,27 @@ pub trait Broker: Send + Sync {
     /// A streams call (`/streams/v1/*`, the stream runtime's wire): a refused cycle is `Ok`
     /// with its `success: false` body.
     fn streams(&self, verb: StreamVerb, body: &str) -> impl Future<Output = Result<Json>> + Send;
+}
+
+/// Where [`Broker::seek`] moves a consumer group's cursors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seek {
+    /// Past the last message: the group skips the whole backlog.
+    End,
+    /// To the first message created strictly after this RFC 3339 time
+    /// (past the last one when none is), so the group replays or skips up
+    /// to that moment.
+    After(String),
+}
+
+impl Seek {
+    /// The engine's `(to_end, timestamp)` pair, also the HTTP body's fields.
+    pub(crate) fn parts(&self) -> (bool, Option<&str>) {
+        match self {
+            Seek::End => (true, None),
+            Seek::After(ts) => (false, Some(ts)),
+        }
+    }
 }
 
 /// The body-carrying ephemeral-queue calls.
@@ -224,6 +279,33 @@ impl Broker for EmbeddedBroker {
 
     async fn delete_queue(&self, queue: &str) -> Result<Json> {
         Ok(self.engine.delete_queue(queue).await?)
+    }
+
+    async fn consumer_groups(&self, group: Option<&str>) -> Result<Json> {
+        Ok(self.engine.consumer_groups(group, None).await?)
+    }
+
+    async fn lagging_groups(&self, min_lag_seconds: u32) -> Result<Json> {
+        let min = min_lag_seconds.min(i32::MAX as u32);
+        Ok(self.engine.consumer_groups(None, Some(f64::from(min))).await?)
+    }
+
+    async fn delete_consumer_group(
+        &self,
+        group: &str,
+        queue: Option<&str>,
+        delete_metadata: bool,
+    ) -> Result<Json> {
+        Ok(self.engine.delete_consumer_group(group, queue, delete_metadata).await?)
+    }
+
+    async fn update_subscription(&self, group: &str, timestamp: &str) -> Result<Json> {
+        Ok(self.engine.update_subscription(group, Some(timestamp)).await?)
+    }
+
+    async fn seek(&self, group: &str, queue: &str, to: &Seek) -> Result<Json> {
+        let (to_end, timestamp) = to.parts();
+        Ok(self.engine.seek(group, queue, to_end, timestamp).await?)
     }
 
     async fn kv(&self, body: &str) -> Result<Json> {

@@ -86,8 +86,15 @@ pub struct Buffer<B> {
     timer: JoinHandle<()>,
 }
 
+impl<B: Broker + 'static> Queue<B> {
+    /// A client-side buffer that pushes in batches, on size or on time.
+    pub fn buffered(&self, options: BufferOptions) -> Buffer<B> {
+        Buffer::new(self.clone(), options)
+    }
+}
+
 impl<B: Broker + 'static> Buffer<B> {
-    pub(crate) fn new(queue: Queue<B>, options: BufferOptions) -> Self {
+    fn new(queue: Queue<B>, options: BufferOptions) -> Self {
         let inner =
             Arc::new(Inner { queue, options, items: Mutex::new(Vec::new()), sending: Default::default() });
         let timer = tokio::spawn(tick(Arc::downgrade(&inner), options.max_delay));

@@ -1,4 +1,10 @@
 //! [`Queen`], the typed client, and [`Queue`], its per-queue builder.
+//!
+//! These are the handles every feature module builds on, so this module
+//! depends only on the layers below it (broker, http, kv, state, message):
+//! the constructors of the feature types ([`Queen::tx`], [`Queue::consume`],
+//! [`Queue::buffered`], [`Queen::locks`], …) are defined next to those types,
+//! as `impl Queen` / `impl Queue` blocks in their own modules.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,8 +13,6 @@ use queen_engine::{DlqQuery, Engine, PopRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::{Broker, EmbeddedBroker};
-use crate::buffer::{Buffer, BufferOptions};
-use crate::consume::Consumer;
 use crate::error::{Error, Result};
 use crate::http::{HttpBroker, HttpConfig};
 use crate::kv::Kv;
@@ -16,7 +20,6 @@ use crate::message::{
     Ack, AckResult, AckStatus, AckWire, DlqPage, LeaseRenewal, Message, PopAnswer, PushItem, PushResult,
 };
 use crate::state::State;
-use crate::tx::Tx;
 
 /// The namespace of [`Queen::state`] handles.
 pub const DEFAULT_STATE_NS: &str = "state";
@@ -95,31 +98,6 @@ impl<B: Broker> Queen<B> {
     /// The KV store.
     pub fn kv(&self) -> Kv<B> {
         Kv::new(self.broker.clone())
-    }
-
-    /// Locks and semaphores.
-    pub fn locks(&self) -> crate::locks::Locks<B> {
-        crate::locks::Locks::new(self.clone())
-    }
-
-    /// Timers (scheduled messages).
-    pub fn timers(&self) -> crate::timers::Timers<B> {
-        crate::timers::Timers::new(self.clone())
-    }
-
-    /// An ephemeral queue: in the owning broker's memory, lost on its restart.
-    pub fn ephemeral(&self, name: impl Into<String>) -> crate::ephemeral::EphemeralQueue<B> {
-        crate::ephemeral::EphemeralQueue::new(self.clone(), name.into())
-    }
-
-    /// Reads by offset: no lease, no cursor moved.
-    pub fn reads(&self) -> crate::reads::Reads<B> {
-        crate::reads::Reads::new(self.clone())
-    }
-
-    /// A transaction builder: acks, pushes, KV ops and timers in one commit.
-    pub fn tx(&self) -> Tx<B> {
-        Tx::new(self.clone())
     }
 
     /// The state handle `name` of `message`'s lane, in [`DEFAULT_STATE_NS`].
@@ -406,22 +384,9 @@ impl<B: Broker> Queue<B> {
         json.decode().map_err(|e| Error::decode("push answer", e))
     }
 
-    /// A client-side buffer that pushes in batches, on size or on time.
-    pub fn buffered(&self, options: BufferOptions) -> Buffer<B>
-    where
-        B: 'static,
-    {
-        Buffer::new(self.clone(), options)
-    }
-
     /// A pop builder (batch 1, no wait, by default).
     pub fn pop(&self) -> Pop<B> {
         Pop { queue: self.clone(), batch: 1, wait: None, partitions: 1, lease_seconds: None, auto_ack: false }
-    }
-
-    /// A consume-loop builder.
-    pub fn consume(&self) -> Consumer<B> {
-        Consumer::new(self.clone())
     }
 
     /// One page of this queue's dead letters (filtered by the handle's group and partition).

@@ -128,8 +128,15 @@ enum Handler<'h, FE, FB> {
     Batch(&'h FB),
 }
 
+impl<B: Broker> Queue<B> {
+    /// A consume-loop builder.
+    pub fn consume(&self) -> Consumer<B> {
+        Consumer::new(self.clone())
+    }
+}
+
 impl<B: Broker> Consumer<B> {
-    pub(crate) fn new(queue: Queue<B>) -> Self {
+    fn new(queue: Queue<B>) -> Self {
         Consumer {
             queue,
             concurrency: 1,

@@ -97,8 +97,15 @@ impl<B> Clone for EphemeralQueue<B> {
     }
 }
 
+impl<B: Broker> Queen<B> {
+    /// An ephemeral queue: in the owning broker's memory, lost on its restart.
+    pub fn ephemeral(&self, name: impl Into<String>) -> EphemeralQueue<B> {
+        EphemeralQueue::new(self.clone(), name.into())
+    }
+}
+
 impl<B: Broker> EphemeralQueue<B> {
-    pub(crate) fn new(queen: Queen<B>, name: String) -> Self {
+    fn new(queen: Queen<B>, name: String) -> Self {
         EphemeralQueue { queen, name, group: None, partition: None }
     }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use queen_engine::{DlqQuery, EphemeralPop, Json, PopRequest};
 use reqwest::{Method, Url};
 
-use crate::broker::{Broker, EphemeralVerb, StreamVerb};
+use crate::broker::{Broker, EphemeralVerb, Seek, StreamVerb};
 use crate::error::{Error, Result};
 
 /// When and how often a failed request is sent again.
@@ -269,6 +269,52 @@ impl HttpBroker {
     }
 }
 
+impl HttpBroker {
+    /// `DELETE` on a consumer-group route.
+    async fn delete_group(&self, path: &[&str], delete_metadata: bool) -> Result<Json> {
+        let query = vec![("deleteMetadata", bool_text(delete_metadata))];
+        self.json(Call { method: Method::DELETE, path, query, body: None, timeout: self.timeout }).await
+    }
+
+    /// Deletes `group` on every queue it is registered on, one
+    /// `DELETE /consumer-groups/{group}/queues/{queue}` each, for the group
+    /// names whose all-queues route the HTTP API cannot address. The end
+    /// state and the answer's counts are the engine's for all queues at
+    /// once; unlike it, the queues are not done in one transaction.
+    async fn delete_group_queue_by_queue(&self, group: &str, delete_metadata: bool) -> Result<Json> {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Registered {
+            queue_name: String,
+        }
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Deleted {
+            #[serde(default)]
+            deleted_partitions: u64,
+            #[serde(default)]
+            metadata_deleted: bool,
+        }
+        let all = self.json(self.call(Method::GET, &["api", "v1", "consumer-groups"], None)).await?;
+        let mut queues: Vec<Registered> =
+            only_group(&all, group)?.decode().map_err(|e| Error::decode("consumer groups answer", e))?;
+        queues.dedup_by(|a, b| a.queue_name == b.queue_name);
+        let (mut partitions, mut metadata) = (0u64, false);
+        for q in &queues {
+            let path = ["api", "v1", "consumer-groups", group, "queues", &q.queue_name];
+            let answer = self.delete_group(&path, delete_metadata).await?;
+            let d: Deleted = answer.decode().map_err(|e| Error::decode("delete consumer group answer", e))?;
+            partitions += d.deleted_partitions;
+            metadata |= d.metadata_deleted;
+        }
+        let answer = serde_json::json!({
+            "success": true, "consumerGroup": group, "queueName": null,
+            "deletedPartitions": partitions, "metadataDeleted": metadata,
+        });
+        Ok(Json(answer.to_string()))
+    }
+}
+
 /// `Retry-After` in seconds (the only form the broker sends).
 fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
     let value = resp.headers().get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
@@ -277,6 +323,27 @@ fn retry_after(resp: &reqwest::Response) -> Option<Duration> {
 
 fn bool_text(b: bool) -> String {
     if b { "true" } else { "false" }.to_owned()
+}
+
+/// The entries of a consumer-groups list whose `name` is `group`, as a JSON
+/// array; each entry is kept byte for byte.
+fn only_group(list: &Json, group: &str) -> Result<Json> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        #[serde(default)]
+        name: String,
+    }
+    let all: Vec<Box<serde_json::value::RawValue>> =
+        list.decode().map_err(|e| Error::decode("consumer groups answer", e))?;
+    let mut kept = Vec::new();
+    for entry in &all {
+        let named: Named =
+            serde_json::from_str(entry.get()).map_err(|e| Error::decode("consumer group entry", e))?;
+        if named.name == group {
+            kept.push(entry.get());
+        }
+    }
+    Ok(Json(format!("[{}]", kept.join(","))))
 }
 
 impl Broker for HttpBroker {
@@ -366,6 +433,62 @@ impl Broker for HttpBroker {
 
     async fn delete_queue(&self, queue: &str) -> Result<Json> {
         self.json(self.call(Method::DELETE, &["api", "v1", "resources", "queues", queue], None)).await
+    }
+
+    async fn consumer_groups(&self, group: Option<&str>) -> Result<Json> {
+        match group {
+            None => self.json(self.call(Method::GET, &["api", "v1", "consumer-groups"], None)).await,
+            // `/consumer-groups/lagging` is a route of its own, and an empty
+            // segment names none: those two names are read from the whole
+            // list, filtered as the engine filters by name.
+            Some(g @ ("lagging" | "")) => {
+                let all = self.json(self.call(Method::GET, &["api", "v1", "consumer-groups"], None)).await?;
+                only_group(&all, g)
+            }
+            Some(g) => self.json(self.call(Method::GET, &["api", "v1", "consumer-groups", g], None)).await,
+        }
+    }
+
+    async fn lagging_groups(&self, min_lag_seconds: u32) -> Result<Json> {
+        let path = ["api", "v1", "consumer-groups", "lagging"];
+        let query = vec![("minLagSeconds", min_lag_seconds.min(i32::MAX as u32).to_string())];
+        self.json(Call { method: Method::GET, path: &path, query, body: None, timeout: self.timeout }).await
+    }
+
+    async fn delete_consumer_group(
+        &self,
+        group: &str,
+        queue: Option<&str>,
+        delete_metadata: bool,
+    ) -> Result<Json> {
+        match queue {
+            Some(q) => {
+                self.delete_group(&["api", "v1", "consumer-groups", group, "queues", q], delete_metadata)
+                    .await
+            }
+            // `DELETE /consumer-groups/lagging` meets the GET-only route of
+            // that name (405), and an empty segment names no route (404).
+            None if matches!(group, "lagging" | "") => {
+                self.delete_group_queue_by_queue(group, delete_metadata).await
+            }
+            None => self.delete_group(&["api", "v1", "consumer-groups", group], delete_metadata).await,
+        }
+    }
+
+    async fn update_subscription(&self, group: &str, timestamp: &str) -> Result<Json> {
+        let body = serde_json::json!({ "subscriptionTimestamp": timestamp }).to_string();
+        let path = ["api", "v1", "consumer-groups", group, "subscription"];
+        self.json(self.call(Method::POST, &path, Some(body))).await
+    }
+
+    async fn seek(&self, group: &str, queue: &str, to: &Seek) -> Result<Json> {
+        let body = match to.parts() {
+            (true, _) => serde_json::json!({ "toEnd": true }),
+            (false, ts) => serde_json::json!({ "timestamp": ts }),
+        }
+        .to_string();
+        let path = ["api", "v1", "consumer-groups", group, "queues", queue, "seek"];
+        self.json(self.call(Method::POST, &path, Some(body))).await
     }
 
     async fn kv(&self, body: &str) -> Result<Json> {

@@ -160,6 +160,30 @@ pub struct Page {
     pub next_after: Option<String>,
 }
 
+/// A live key as a keys-only prefix page sees it: everything but the value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyEntry {
+    /// The key.
+    pub key: String,
+    /// The version (positive, monotonic across the store).
+    pub version: u64,
+    /// When it dies; `None` for forever.
+    pub expires_at: Option<String>,
+    /// The last write.
+    pub updated_at: Option<String>,
+}
+
+/// One keyset page of `get_prefix_keys`: the keys without their values.
+#[derive(Debug, Clone)]
+pub struct KeyPage {
+    /// The live keys under the prefix, in key byte order.
+    pub rows: Vec<KeyEntry>,
+    /// Whether more keys follow.
+    pub truncated: bool,
+    /// The `after` of the next page (the last key) when truncated.
+    pub next_after: Option<String>,
+}
+
 /// The answer of a write (`put`, `putIfAbsent`, `delete`, `check`, raw `incr`).
 #[derive(Debug, Clone)]
 pub struct Write {
@@ -260,6 +284,25 @@ pub(crate) mod ops {
         Ok(KvOp::GetMany { ns: ns.into(), keys: keys.iter().map(|k| k.as_ref().to_owned()).collect() })
     }
 
+    pub fn get_prefix(
+        ns: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+        keys_only: bool,
+    ) -> Result<KvOp> {
+        if prefix.is_empty() {
+            return Err(Error::Invalid("get_prefix needs a non-empty prefix".into()));
+        }
+        Ok(KvOp::GetPrefix {
+            ns: ns.into(),
+            prefix: prefix.into(),
+            after: after.map(str::to_owned),
+            limit,
+            keys_only,
+        })
+    }
+
     pub fn put<T: Serialize + ?Sized>(
         ns: &str,
         key: &str,
@@ -336,6 +379,15 @@ pub(crate) struct RawRow {
 }
 
 impl RawRow {
+    fn key_entry(self) -> KeyEntry {
+        KeyEntry {
+            key: self.key,
+            version: self.version,
+            expires_at: self.expires_at,
+            updated_at: self.updated_at,
+        }
+    }
+
     fn entry(self) -> Result<Entry> {
         let value = match self.value {
             Some(v) => v,
@@ -418,6 +470,14 @@ impl RawResult {
         })
     }
 
+    pub(crate) fn key_page(self) -> KeyPage {
+        KeyPage {
+            rows: self.rows.unwrap_or_default().into_iter().map(RawRow::key_entry).collect(),
+            truncated: self.truncated.unwrap_or(false),
+            next_after: self.next_after,
+        }
+    }
+
     pub(crate) fn write(self) -> Write {
         Write {
             applied: self.applied.unwrap_or(false),
@@ -448,6 +508,8 @@ pub enum KvResult {
     Many(Many),
     /// A `getPrefix` page.
     Page(Page),
+    /// A keys-only `getPrefix` page (only from a [`KvBatch`]).
+    Keys(KeyPage),
     /// A write or `check`.
     Write(Write),
 }
@@ -492,9 +554,28 @@ impl<B> Clone for Kv<B> {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Answer {
+    #[serde(default)]
     results: Option<Vec<RawResult>>,
+    #[serde(default)]
     reason: Option<String>,
+    #[serde(default)]
+    failed_index: Option<usize>,
+    #[serde(default)]
+    kv_reason: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default, deserialize_with = "some_raw")]
+    value: Option<Box<RawValue>>,
+    #[serde(default)]
+    version: Option<u64>,
+}
+
+/// What a call came to: one result per op, or a lost `required` precondition.
+enum Ran {
+    Results(Vec<RawResult>),
+    Lost(BatchOutcome),
 }
 
 impl<B: Broker> Kv<B> {
@@ -502,17 +583,35 @@ impl<B: Broker> Kv<B> {
         Kv { broker }
     }
 
-    /// Runs several ops in one call (one PostgreSQL transaction), index-aligned.
-    async fn run(&self, ops: &[KvOp]) -> Result<Vec<RawResult>> {
+    /// Sends `ops` as one call (one PostgreSQL transaction), index-aligned.
+    async fn call(&self, ops: &[KvOp]) -> Result<Ran> {
         let body = format!("{{\"operations\":{}}}", queen_engine::ops_to_wire(ops));
         let json = self.broker.kv(&body).await?;
         let answer: Answer = json.decode().map_err(|e| Error::decode("kv answer", e))?;
         match answer.results {
-            Some(results) if results.len() == ops.len() => Ok(results),
+            Some(results) if results.len() == ops.len() => Ok(Ran::Results(results)),
             Some(results) => {
                 Err(Error::Decode(format!("kv answered {} results for {} ops", results.len(), ops.len())))
             }
+            None if answer.reason.as_deref() == Some("kv_precondition") => {
+                let version = answer.version.unwrap_or(0);
+                Ok(Ran::Lost(BatchOutcome::PreconditionLost {
+                    failed_index: answer.failed_index.unwrap_or(0),
+                    reason: Reason::parse(answer.kv_reason.as_deref().unwrap_or("")),
+                    key: answer.key,
+                    value: answer.value.filter(|_| version > 0),
+                    version,
+                }))
+            }
             None => Err(Error::Decode(format!("kv answered no results (reason {:?})", answer.reason))),
+        }
+    }
+
+    /// Runs ops none of which is `required`: a lost precondition cannot be the answer.
+    async fn run(&self, ops: &[KvOp]) -> Result<Vec<RawResult>> {
+        match self.call(ops).await? {
+            Ran::Results(results) => Ok(results),
+            Ran::Lost(_) => Err(Error::Decode("kv answered a lost precondition to ops not required".into())),
         }
     }
 
@@ -522,6 +621,17 @@ impl<B: Broker> Kv<B> {
             .into_iter()
             .next()
             .ok_or_else(|| Error::Decode("kv answered no result".into()))
+    }
+
+    /// A batch: several ops sent as one call, run in one PostgreSQL
+    /// transaction and answered index-aligned (see [`KvBatch`]).
+    ///
+    /// Why: one round trip instead of one per key, and one snapshot and one
+    /// commit for all of them, so a change that spans keys (move a value,
+    /// bump a counter and record why, read several prefixes at once) is
+    /// all-or-nothing once its guards are [`KvBatch::required`].
+    pub fn batch(&self) -> KvBatch<B> {
+        KvBatch { kv: self.clone(), ops: Vec::new(), required: false, error: None }
     }
 
     /// Reads one key: `None` when absent (a stored `null` is `Some`).
@@ -544,17 +654,26 @@ impl<B: Broker> Kv<B> {
         after: Option<&str>,
         limit: Option<u32>,
     ) -> Result<Page> {
-        if prefix.is_empty() {
-            return Err(Error::Invalid("get_prefix needs a non-empty prefix".into()));
-        }
-        let op = KvOp::GetPrefix {
-            ns: ns.into(),
-            prefix: prefix.into(),
-            after: after.map(str::to_owned),
-            limit,
-            keys_only: false,
-        };
-        self.one(op).await?.page()
+        self.one(ops::get_prefix(ns, prefix, after, limit, false)?).await?.page()
+    }
+
+    /// One page of the live keys under `prefix`, strictly after `after`,
+    /// without their values (`keysOnly: true`).
+    ///
+    /// Why: to list, count or walk keys (find the members of a set, pick
+    /// keys to delete) without moving the values over the wire. The page's
+    /// byte budget then counts key bytes instead of values, so a page of
+    /// large values still holds up to `limit` keys. Each page is its own
+    /// snapshot, as with [`Kv::get_prefix`]; `limit` defaults to 100 and is
+    /// clamped into 1..=1000 by the broker.
+    pub async fn get_prefix_keys(
+        &self,
+        ns: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<KeyPage> {
+        Ok(self.one(ops::get_prefix(ns, prefix, after, limit, true)?).await?.key_page())
     }
 
     /// A walker over every page under `prefix`, following `nextAfter`.
@@ -640,6 +759,196 @@ impl<B: Broker> Kv<B> {
     /// Adds to a counter and answers the raw write: `value` holds every digit.
     pub async fn incr_raw(&self, ns: &str, key: &str, by: impl Into<Incr>, expiry: Expiry) -> Result<Write> {
         Ok(self.one(ops::incr(ns, key, by.into(), expiry, false)?).await?.write())
+    }
+}
+
+/// What a [`KvBatch`] came to. A lost race is a value, never an `Err`.
+#[derive(Debug, Clone)]
+pub enum BatchOutcome {
+    /// The call ran: one result per op, in the order the ops were added
+    /// (`results[i]` answers op `i`). A write that did not apply and was not
+    /// `required` is here with `applied: false`; the rest committed.
+    Done(Vec<KvResult>),
+    /// A [`KvBatch::required`] op lost its precondition: nothing in the
+    /// call was written.
+    PreconditionLost {
+        /// The index of the op that lost, in the order the ops were added.
+        failed_index: usize,
+        /// Why it lost (`Exists` for a `once` that found the marker).
+        reason: Reason,
+        /// The key.
+        key: Option<String>,
+        /// The current value (`None` when nothing live is there).
+        value: Option<Box<RawValue>>,
+        /// The current version (0 when absent).
+        version: u64,
+    },
+}
+
+impl BatchOutcome {
+    /// Whether the call ran (no `required` op lost).
+    pub fn is_done(&self) -> bool {
+        matches!(self, BatchOutcome::Done(_))
+    }
+}
+
+/// Several KV ops sent as one `POST /api/v1/kv` call. Nothing is sent until
+/// [`KvBatch::run`].
+///
+/// The broker's rules for a call hold (kv.md): the ops run in one
+/// PostgreSQL transaction; writes are applied in `(ns, key)` byte order, so
+/// two batches never deadlock on each other; `get_many` and `get_prefix` run
+/// after the batch's writes and see them, while a `get` sees the state
+/// before the batch's write of its key; at most 256 ops and one write per
+/// key (the broker refuses more, as [`Error::Status`] with its reason).
+/// Unlike a [`crate::Tx`], a batch may hold prefix reads, but no push or ack.
+#[must_use = "a batch sends nothing until `run`"]
+pub struct KvBatch<B> {
+    kv: Kv<B>,
+    ops: Vec<KvOp>,
+    required: bool,
+    error: Option<Error>,
+}
+
+impl<B: Broker> KvBatch<B> {
+    fn add(mut self, op: Result<KvOp>) -> Self {
+        self.required = false;
+        match op {
+            Ok(op) => self.ops.push(op),
+            Err(e) => {
+                self.error.get_or_insert(e);
+            }
+        }
+        self
+    }
+
+    /// Makes the next op `required`: if its precondition is lost, nothing in
+    /// the batch is written and the answer is [`BatchOutcome::PreconditionLost`].
+    pub fn required(mut self) -> Self {
+        self.required = true;
+        self
+    }
+
+    /// Ops added so far.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether no op was added.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Reads one key (the state before this batch's write of it): [`KvResult::Get`].
+    pub fn get(self, ns: &str, key: &str) -> Self {
+        self.add(Ok(ops::get(ns, key)))
+    }
+
+    /// Reads many keys (after this batch's writes): [`KvResult::Many`].
+    pub fn get_many<S: AsRef<str>>(self, ns: &str, keys: &[S]) -> Self {
+        let op = ops::get_many(ns, keys);
+        self.add(op)
+    }
+
+    /// One page under `prefix` (after this batch's writes): [`KvResult::Page`].
+    pub fn get_prefix(self, ns: &str, prefix: &str, after: Option<&str>, limit: Option<u32>) -> Self {
+        let op = ops::get_prefix(ns, prefix, after, limit, false);
+        self.add(op)
+    }
+
+    /// One page of keys without values under `prefix`: [`KvResult::Keys`].
+    pub fn get_prefix_keys(self, ns: &str, prefix: &str, after: Option<&str>, limit: Option<u32>) -> Self {
+        let op = ops::get_prefix(ns, prefix, after, limit, true);
+        self.add(op)
+    }
+
+    /// Writes unconditionally: [`KvResult::Write`].
+    pub fn put<T: Serialize + ?Sized>(self, ns: &str, key: &str, value: &T, expiry: Expiry) -> Self {
+        let op = ops::put(ns, key, value, expiry, None, self.required);
+        self.add(op)
+    }
+
+    /// Writes if `expect` holds.
+    pub fn put_expect<T: Serialize + ?Sized>(
+        self,
+        ns: &str,
+        key: &str,
+        value: &T,
+        expiry: Expiry,
+        expect: Expect,
+    ) -> Self {
+        let op = ops::put(ns, key, value, expiry, Some(expect), self.required);
+        self.add(op)
+    }
+
+    /// Writes if no live key exists.
+    pub fn put_if_absent<T: Serialize + ?Sized>(
+        self,
+        ns: &str,
+        key: &str,
+        value: &T,
+        expiry: Expiry,
+    ) -> Self {
+        let op = ops::put_if_absent(ns, key, value, expiry, self.required);
+        self.add(op)
+    }
+
+    /// Deletes a live key.
+    pub fn delete(self, ns: &str, key: &str) -> Self {
+        let op = ops::delete(ns, key, None, self.required);
+        self.add(Ok(op))
+    }
+
+    /// Deletes a live key if `expect` holds.
+    pub fn delete_expect(self, ns: &str, key: &str, expect: Expect) -> Self {
+        let op = ops::delete(ns, key, Some(expect), self.required);
+        self.add(Ok(op))
+    }
+
+    /// Asserts `expect` without writing (with [`KvBatch::required`], a guard on the batch).
+    pub fn check(self, ns: &str, key: &str, expect: Expect) -> Self {
+        let op = ops::check(ns, key, expect, self.required);
+        self.add(Ok(op))
+    }
+
+    /// Adds to a counter; the expiry applies only when the key is created.
+    /// Read the answer with [`Write::counter`].
+    pub fn incr(self, ns: &str, key: &str, by: impl Into<Incr>, expiry: Expiry) -> Self {
+        let op = ops::incr(ns, key, by.into(), expiry, self.required);
+        self.add(op)
+    }
+
+    /// Sends the batch. An argument refused while building (an empty prefix,
+    /// `get_many` without keys, a value that does not serialise) is the
+    /// `Err` of the first such op, and nothing is sent.
+    pub async fn run(self) -> Result<BatchOutcome> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.ops.is_empty() {
+            // What the broker answers to an empty call, without the round trip.
+            return Ok(BatchOutcome::Done(Vec::new()));
+        }
+        let raw = match self.kv.call(&self.ops).await? {
+            Ran::Results(raw) => raw,
+            Ran::Lost(lost) => return Ok(lost),
+        };
+        let mut results = Vec::with_capacity(raw.len());
+        for (i, (op, r)) in self.ops.iter().zip(raw).enumerate() {
+            if r.index != i || r.op != op.name() {
+                return Err(Error::Decode(format!(
+                    "kv result {i} is for op {} {:?}, not {}",
+                    r.index,
+                    r.op,
+                    op.name()
+                )));
+            }
+            results.push(match op {
+                KvOp::GetPrefix { keys_only: true, .. } => KvResult::Keys(r.key_page()),
+                _ => r.typed()?,
+            });
+        }
+        Ok(BatchOutcome::Done(results))
     }
 }
 

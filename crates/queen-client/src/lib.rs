@@ -34,6 +34,25 @@
 //!   and a counter past `i64` is [`Error::Precision`], never a rounded number;
 //! - hold state that correctness depends on: leases, cursors and KV values
 //!   live in the broker; the only memory is a push buffer the caller flushes.
+//!
+//! # Module layering
+//!
+//! Each module imports only modules listed before it here, so no two
+//! modules import each other:
+//!
+//! 1. `error`, then `message`: plain types;
+//! 2. `broker` (the [`Broker`] trait, [`EmbeddedBroker`]), then `http` ([`HttpBroker`]);
+//! 3. `kv` ([`Kv`], over a broker), then `state` ([`State`], over [`Kv`]);
+//! 4. `client`: the handles [`Queen`], [`Queue`] and [`Pop`];
+//! 5. the features built on the handles: `buffer`, `consume`, `ephemeral`,
+//!    `groups`, `locks`, `reads`, `timers`, then `tx` (which fences with a
+//!    lock [`Permit`] and carries [`TimerSpec`]s).
+//!
+//! The constructor of a feature ([`Queen::tx`], [`Queue::consume`],
+//! [`Queue::buffered`], [`Queen::locks`], …) is an `impl Queen` / `impl Queue`
+//! block in the feature's own module, not in `client`: the handles never
+//! import the features built on them, and a feature can be read, changed
+//! or added without touching the handles.
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
@@ -44,6 +63,7 @@ mod client;
 mod consume;
 mod ephemeral;
 mod error;
+mod groups;
 mod http;
 mod kv;
 mod locks;
@@ -53,15 +73,17 @@ mod state;
 mod timers;
 mod tx;
 
-pub use broker::{Broker, EmbeddedBroker, EphemeralVerb, StreamVerb};
+pub use broker::{Broker, EmbeddedBroker, EphemeralVerb, Seek, StreamVerb};
 pub use buffer::{Buffer, BufferOptions};
 pub use client::{Pop, Queen, Queue, QueueOptions, Subscription, DEFAULT_STATE_NS};
 pub use consume::{ConsumeStats, Consumer, HandlerError, StopSignal};
 pub use ephemeral::{AckOutcome, EphemeralMessage, EphemeralOptions, EphemeralPop, EphemeralQueue};
 pub use error::{Error, Result};
+pub use groups::{ConsumerGroup, GroupDeleted, GroupPartition, Seeked, SubscriptionUpdated};
 pub use http::{HttpBroker, HttpConfig, RetryPolicy};
 pub use kv::{
-    parse_i64, Counter, Entry, Expect, Expiry, Incr, Kv, KvResult, Many, Page, Pages, Reason, Write,
+    parse_i64, BatchOutcome, Counter, Entry, Expect, Expiry, Incr, KeyEntry, KeyPage, Kv, KvBatch, KvResult,
+    Many, Page, Pages, Reason, Write,
 };
 pub use locks::{LockHolder, LockOp, LockResult, Locks, Permit, LOCKS_NAMESPACE};
 pub use message::{

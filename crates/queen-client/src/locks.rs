@@ -80,8 +80,15 @@ pub struct Locks<B> {
     queen: Queen<B>,
 }
 
+impl<B: Broker> Queen<B> {
+    /// Locks and semaphores.
+    pub fn locks(&self) -> Locks<B> {
+        Locks::new(self.clone())
+    }
+}
+
 impl<B: Broker> Locks<B> {
-    pub(crate) fn new(queen: Queen<B>) -> Self {
+    fn new(queen: Queen<B>) -> Self {
         Locks { queen }
     }
 

@@ -45,8 +45,15 @@ pub struct Reads<B> {
     queen: Queen<B>,
 }
 
+impl<B: Broker> Queen<B> {
+    /// Reads by offset: no lease, no cursor moved.
+    pub fn reads(&self) -> Reads<B> {
+        Reads::new(self.clone())
+    }
+}
+
 impl<B: Broker> Reads<B> {
-    pub(crate) fn new(queen: Queen<B>) -> Self {
+    fn new(queen: Queen<B>) -> Self {
         Reads { queen }
     }
 

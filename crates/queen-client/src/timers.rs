@@ -129,8 +129,15 @@ pub struct Timers<B> {
     queen: Queen<B>,
 }
 
+impl<B: Broker> Queen<B> {
+    /// Timers (scheduled messages).
+    pub fn timers(&self) -> Timers<B> {
+        Timers::new(self.clone())
+    }
+}
+
 impl<B: Broker> Timers<B> {
-    pub(crate) fn new(queen: Queen<B>) -> Self {
+    fn new(queen: Queen<B>) -> Self {
         Timers { queen }
     }
 

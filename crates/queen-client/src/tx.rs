@@ -175,8 +175,15 @@ fn raw_json<T: Serialize>(value: &T) -> Result<Box<RawValue>> {
     serde_json::value::to_raw_value(value).map_err(|e| Error::decode("transaction op", e))
 }
 
+impl<B: Broker> Queen<B> {
+    /// A transaction builder: acks, pushes, KV ops and timers in one commit.
+    pub fn tx(&self) -> Tx<B> {
+        Tx::new(self.clone())
+    }
+}
+
 impl<B: Broker> Tx<B> {
-    pub(crate) fn new(queen: Queen<B>) -> Self {
+    fn new(queen: Queen<B>) -> Self {
         Tx {
             queen,
             ops: Vec::new(),

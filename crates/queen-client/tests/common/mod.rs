@@ -117,13 +117,18 @@ impl Fixture {
 
     /// An engine on a fresh database, served over HTTP on 127.0.0.1:0.
     pub async fn http() -> Self {
+        Self::http_with(queen_server::ServerConfig::default()).await
+    }
+
+    /// Like [`Fixture::http`], with explicit server settings (auth, limits).
+    pub async fn http_with(config: queen_server::ServerConfig) -> Self {
         let mut f = Self::embedded().await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         f.base = Some(format!("http://{}", listener.local_addr().expect("addr")));
         let (stop, stopped) = oneshot::channel::<()>();
         let serving = f.engine.clone();
         tokio::spawn(async move {
-            let _ = queen_server::serve(listener, serving, Default::default(), async move {
+            let _ = queen_server::serve(listener, serving, config, async move {
                 let _ = stopped.await;
             })
             .await;
