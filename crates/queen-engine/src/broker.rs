@@ -179,6 +179,7 @@ pub struct Engine {
     retention_stats: Arc<RetentionStats>,
     sealed_queues: SealedQueues,
     ephemeral: Arc<Ephemeral>,
+    identity: Arc<crate::brokers::Identity>,
 }
 
 impl Engine {
@@ -238,6 +239,18 @@ impl Engine {
             ephemeral.clone(),
             shutdown.subscribe(),
         ));
+        let identity = Arc::new(crate::brokers::Identity {
+            id: ephemeral.owner_id(),
+            url: options.advertise_url.clone().unwrap_or_else(|| "http://localhost:6632".to_owned()),
+            started: std::time::SystemTime::now(),
+            started_instant: Instant::now(),
+        });
+        tokio::spawn(crate::brokers::run_registry(
+            pool.clone(),
+            waiters.clone(),
+            identity.clone(),
+            shutdown.subscribe(),
+        ));
         let batch_stats = Arc::new(BatchStats::default());
         let get_batcher = (options.kv_get_batch_slots > 0)
             .then(|| batch::start_gets(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
@@ -264,6 +277,7 @@ impl Engine {
             retention_stats,
             sealed_queues: SealedQueues::default(),
             ephemeral,
+            identity,
         })
     }
 
@@ -358,6 +372,17 @@ impl Engine {
     /// polls now and tells the other brokers shortly.
     pub(crate) fn announce_pushes(&self, queues: Vec<String>) {
         self.announce_fn()(queues);
+    }
+
+    /// Every live broker on this database, this one included (their
+    /// heartbeat rows: pid, host, URL, uptime, memory, pool, long polls).
+    pub async fn brokers(&self) -> Result<Json, EngineError> {
+        crate::brokers::list(&self.pool).await
+    }
+
+    /// This broker's id in the registry.
+    pub fn broker_id(&self) -> uuid::Uuid {
+        self.identity.id
     }
 
     /// Queues that have a long poll waiting in this process.

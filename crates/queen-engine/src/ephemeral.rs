@@ -301,6 +301,11 @@ impl Ephemeral {
         Ephemeral { state: Mutex::new(State::default()), epoch, me, url }
     }
 
+    /// This engine's identity (also its row in the broker registry).
+    pub(crate) fn owner_id(&self) -> Uuid {
+        self.me
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -60,6 +60,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0013_producer_sub.sql",
         sql: include_str!("../sql/migrations/0013_producer_sub.sql"),
     },
+    Migration {
+        version: 14,
+        name: "0014_brokers.sql",
+        sql: include_str!("../sql/migrations/0014_brokers.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

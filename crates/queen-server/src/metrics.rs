@@ -166,8 +166,5 @@ pub(crate) fn record_timer_cancel(body: &str) {
 /// Resident set size of this process, from `/proc/self/status` (Linux);
 /// `None` where that file does not exist.
 pub(crate) fn process_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
+    queen_engine::process_rss_bytes()
 }

@@ -350,3 +350,51 @@ async fn once_and_ack_bundles_round_robin_over_two_brokers_commit_each_message_o
     let backlog = common::group_backlog(&sql, &groups).await;
     assert_eq!(backlog, 0, "both groups' cursors are at the end");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_metrics_list_every_broker_on_the_database() {
+    let db = TestDb::create().await;
+    let mut a = BrokerProcess::spawn(&db.name).await;
+    let b = BrokerProcess::spawn(&db.name).await;
+    let pids = |v: &Value| -> Vec<u64> {
+        let mut p: Vec<u64> =
+            v["workers"].as_array().unwrap().iter().map(|w| w["pid"].as_u64().unwrap()).collect();
+        p.sort();
+        p
+    };
+    let mut both = vec![a.pid() as u64, b.pid() as u64];
+    both.sort();
+    // Each broker beats at start, then every few seconds.
+    let seen = eventually(Duration::from_secs(15), "both brokers registered", || {
+        let api = b.api.clone();
+        let both = both.clone();
+        async move {
+            let (code, v) = api.get("/api/v1/analytics/worker-metrics").await;
+            (code == 200 && pids(&v) == both).then_some(v)
+        }
+    })
+    .await;
+    for w in seen["workers"].as_array().unwrap() {
+        assert!(w["figures"]["pool"]["max"].as_u64().unwrap() > 0, "{w}");
+        assert!(w["figures"]["rssBytes"].as_u64().unwrap() > 1_000_000, "{w}");
+        assert!(w["url"].as_str().unwrap().starts_with("http://127.0.0.1:"), "{w}");
+        assert!(w["secondsSinceHeartbeat"].as_f64().unwrap() < 30.0, "{w}");
+    }
+    let (_, from_a) = a.get("/api/v1/analytics/worker-metrics").await;
+    assert_eq!(pids(&from_a), both, "every broker answers with all of them");
+    assert_ne!(from_a["answeredBy"], seen["answeredBy"]);
+
+    // A broker that stops gracefully takes its row with it.
+    a.terminate();
+    a.wait_exit(Duration::from_secs(20)).await;
+    let only_b = vec![b.pid() as u64];
+    eventually(Duration::from_secs(10), "the stopped broker is gone from the list", || {
+        let api = b.api.clone();
+        let only_b = only_b.clone();
+        async move {
+            let (code, v) = api.get("/api/v1/analytics/worker-metrics").await;
+            (code == 200 && pids(&v) == only_b).then_some(())
+        }
+    })
+    .await;
+}

@@ -78,7 +78,7 @@ fn process_figures(app: &AppState) -> serde_json::Value {
     serde_json::json!({
         "pid": std::process::id(),
         "uptimeSeconds": app.started.elapsed().as_secs(),
-        "rssBytes": crate::metrics::process_rss_bytes(),
+        "rssBytes": queen_engine::process_rss_bytes(),
         "longPollsWaiting": app.engine.queues_waiting(),
         "pool": {"size": size, "idle": idle, "max": max},
     })
@@ -93,10 +93,17 @@ pub(crate) async fn system_metrics(State(app): State<Arc<AppState>>) -> Answer {
     Ok(json_response(StatusCode::OK, body.to_string()))
 }
 
-#[utoipa::path(get, path = "/api/v1/analytics/worker-metrics", tag = "status", responses((status = 200, description = "The answering broker process (brokers share no state)", body = Object)))]
-pub(crate) async fn worker_metrics(State(app): State<Arc<AppState>>) -> Response {
-    let body = serde_json::json!({"workers": [process_figures(&app)]});
-    json_response(StatusCode::OK, body.to_string())
+#[utoipa::path(get, path = "/api/v1/analytics/worker-metrics", tag = "status", responses((status = 200, description = "Every live broker on the database (its registry heartbeat, at most a few seconds old), and which one answered", body = Object), (status = 503, description = "PostgreSQL unreachable; Retry-After", body = ErrorBody)))]
+pub(crate) async fn worker_metrics(State(app): State<Arc<AppState>>) -> Answer {
+    let brokers = app.engine.brokers().await?;
+    let workers = serde_json::value::RawValue::from_string(brokers.0)
+        .map_err(|e| ApiError::Engine(queen_engine::EngineError::Protocol(e.to_string())))?;
+    let body = serde_json::json!({
+        "workers": workers,
+        "answeredBy": app.engine.broker_id(),
+        "staleAfterSeconds": queen_engine::BROKER_STALE_AFTER_SECONDS,
+    });
+    Ok(json_response(StatusCode::OK, body.to_string()))
 }
 
 #[utoipa::path(post, path = "/api/v1/traces", tag = "messages", request_body = TraceRequest, responses((status = 201, description = "Recorded", body = Object), (status = 404, description = "No such message", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
