@@ -243,7 +243,7 @@ impl Engine {
             id: ephemeral.owner_id(),
             url: options.advertise_url.clone().unwrap_or_else(|| "http://localhost:6632".to_owned()),
             started: std::time::SystemTime::now(),
-            started_instant: Instant::now(),
+            started_instant: std::time::Instant::now(),
         });
         tokio::spawn(crate::brokers::run_registry(
             pool.clone(),
@@ -378,6 +378,13 @@ impl Engine {
     /// heartbeat rows: pid, host, URL, uptime, memory, pool, long polls).
     pub async fn brokers(&self) -> Result<Json, EngineError> {
         crate::brokers::list(&self.pool).await
+    }
+
+    /// Leaves the broker registry (a graceful stop; best effort).
+    pub async fn leave_registry(&self) {
+        if let Err(e) = crate::brokers::leave(&self.pool, &self.identity).await {
+            tracing::debug!(error = %e, "cannot leave the broker registry");
+        }
     }
 
     /// This broker's id in the registry.

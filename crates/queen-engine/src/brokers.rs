@@ -77,7 +77,7 @@ async fn beat(pool: &Pool, waiters: &Waiters, me: &Identity) -> Result<(), Engin
     Ok(())
 }
 
-/// Beats until shutdown, then deletes this broker's row (best effort).
+/// Beats until shutdown.
 pub(crate) async fn run_registry(
     pool: Pool,
     waiters: Arc<Waiters>,
@@ -90,14 +90,17 @@ pub(crate) async fn run_registry(
         }
         tokio::select! {
             _ = tokio::time::sleep(BEAT_EVERY) => {}
-            _ = shutdown.changed() => break,
+            _ = shutdown.changed() => return,
         }
     }
-    if let Ok(client) = pool.get().await {
-        if let Ok(stmt) = client.prepare_cached("DELETE FROM queen.brokers WHERE id = $1").await {
-            let _ = client.execute(&stmt, &[&me.id]).await;
-        }
-    }
+}
+
+/// Deletes this broker's row, so a graceful stop leaves the list at once.
+pub(crate) async fn leave(pool: &Pool, me: &Identity) -> Result<(), EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached("DELETE FROM queen.brokers WHERE id = $1").await?;
+    client.execute(&stmt, &[&me.id]).await?;
+    Ok(())
 }
 
 /// The live brokers as JSON (oldest first).

@@ -180,6 +180,7 @@ pub async fn serve(
     drop(stop_rx);
     drop(done_rx);
     done_tx.closed().await;
+    engine.leave_registry().await;
     engine.close();
     Ok(())
 }

@@ -162,9 +162,3 @@ pub(crate) fn record_timer_cancel(body: &str) {
         metrics::counter!("queen_timer_ops_total", "status" => r.status).increment(1);
     }
 }
-
-/// Resident set size of this process, from `/proc/self/status` (Linux);
-/// `None` where that file does not exist.
-pub(crate) fn process_rss_bytes() -> Option<u64> {
-    queen_engine::process_rss_bytes()
-}

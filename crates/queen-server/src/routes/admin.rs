@@ -100,7 +100,7 @@ pub(crate) async fn worker_metrics(State(app): State<Arc<AppState>>) -> Answer {
         .map_err(|e| ApiError::Engine(queen_engine::EngineError::Protocol(e.to_string())))?;
     let body = serde_json::json!({
         "workers": workers,
-        "answeredBy": app.engine.broker_id(),
+        "answeredBy": app.engine.broker_id().to_string(),
         "staleAfterSeconds": queen_engine::BROKER_STALE_AFTER_SECONDS,
     });
     Ok(json_response(StatusCode::OK, body.to_string()))
