@@ -61,10 +61,12 @@ struct Cluster {
 impl Cluster {
     fn up() -> Self {
         let dir = std::env::temp_dir().join(format!("queen-ha-{}", std::process::id())).display().to_string();
-        let out = ha(&["up"], &dir);
-        let url = out.lines().last().expect("up prints the URL").trim().to_owned();
-        assert!(url.contains("target_session_attrs=read-write"), "{url}");
-        Cluster { dir, url }
+        // Built first, so a failing `up` is still torn down (Drop).
+        let mut cluster = Cluster { dir, url: String::new() };
+        let out = ha(&["up"], &cluster.dir);
+        cluster.url = out.lines().last().expect("up prints the URL").trim().to_owned();
+        assert!(cluster.url.contains("target_session_attrs=read-write"), "{}", cluster.url);
+        cluster
     }
 
     fn primary(&self) -> String {
