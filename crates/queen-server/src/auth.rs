@@ -388,7 +388,15 @@ fn refusal(denied: &Denied) -> Response {
     let body = serde_json::json!({"error": format!("{code}: {reason}"), "code": code, "detail": reason});
     let mut resp = json_response(status, body.to_string());
     resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    close_after(&mut resp);
     resp
+}
+
+/// A refusal answers before the body is read; hyper then cannot reuse the
+/// connection, so say so, or a client would send its next request on a
+/// connection about to close.
+fn close_after(resp: &mut Response) {
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
 }
 
 /// Checks credentials before anything else of the request is looked at
@@ -413,6 +421,7 @@ pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, mut req: Request,
             let mut resp = json_response(StatusCode::UNAUTHORIZED, body.to_string());
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"queen\""));
+            close_after(&mut resp);
             return resp;
         }
         Some(token) => auth.authenticate(token).and_then(|caller| match required_role(method, route) {
