@@ -149,6 +149,16 @@ impl Engine {
         self.call_json("SELECT queen.message_retry($1, $2)::text", &[partition_id, &transaction_id]).await
     }
 
+    /// Removes a dead letter from the DLQ without redelivering it (404 when missing).
+    pub async fn delete_dead_letter(
+        &self,
+        partition_id: &uuid::Uuid,
+        transaction_id: &str,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.dead_letter_delete($1, $2)::text", &[partition_id, &transaction_id])
+            .await
+    }
+
     /// Consumer groups (one entry per group and queue), optionally one name or only the lagging.
     pub async fn consumer_groups(
         &self,

@@ -262,6 +262,23 @@ BEGIN
   RETURN json_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_tx, 'messageId', v_id);
 END $$;
 
+-- The dashboard's "delete a dead letter": the DLQ entry goes and nothing is
+-- redelivered (the message stays consumed on its lane); 404 when absent.
+CREATE OR REPLACE FUNCTION queen.dead_letter_delete(p_partition_id uuid, p_tx text) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_count integer;
+BEGIN
+  WITH gone AS (DELETE FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx
+                RETURNING 1)
+  SELECT count(*) INTO v_count FROM gone;
+  IF v_count = 0 THEN
+    PERFORM queen.not_found('Dead letter');
+  END IF;
+  RETURN json_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_tx,
+    'deleted', v_count);
+END $$;
+
 -- Consumer groups: one entry per (group, queue), queue mode included.
 CREATE OR REPLACE FUNCTION queen.consumer_groups_list(p_name text, p_min_lag_seconds double precision) RETURNS json
 LANGUAGE sql STABLE AS $$
