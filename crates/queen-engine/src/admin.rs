@@ -159,6 +159,11 @@ impl Engine {
             .await
     }
 
+    /// KV namespaces with their live key counts, `limit` per page after `after`.
+    pub async fn kv_namespaces(&self, after: Option<&str>, limit: i32) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.kv_namespaces($1, $2)::text", &[&after, &limit]).await
+    }
+
     /// Consumer groups (one entry per group and queue), optionally one name or only the lagging.
     pub async fn consumer_groups(
         &self,

@@ -343,3 +343,42 @@ async fn with_auth_on_a_session_needs_a_token_and_only_write_roles_act() {
     assert_eq!(a.status, 303);
     assert!(session_cookie(&a).1.contains("Max-Age=0"));
 }
+
+#[tokio::test]
+async fn kv_pages_list_namespaces_prefix_pages_and_values() {
+    let b = TestBroker::start().await;
+    let put = |ns: &str, key: &str, value: Value| json!({"op": "put", "ns": ns, "key": key, "value": value, "forever": true});
+    let ops = json!({"operations": [
+        put("app", "user/1", json!({"n": 1})),
+        put("app", "user/2", json!({"n": 2})),
+        put("app", "cfg", json!("on")),
+        put("other", "k", json!(null)),
+    ]});
+    let (code, body) = b.post("/api/v1/kv", &ops).await;
+    assert_eq!(code, 200, "{body}");
+
+    let home = get(&b, "/", None).await;
+    let overview = json_ok(&b, "/api/v1/resources/overview").await;
+    assert_eq!(by_id(&home.body, "ov-kvKeys"), overview["kv"]["keys"].to_string());
+
+    let page = get(&b, "/dashboard/kv", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(by_id(&page.body, "kv-keys-app"), "3");
+    assert_eq!(by_id(&page.body, "kv-keys-other"), "1");
+
+    let page = get(&b, "/dashboard/kv/app?prefix=user%2F", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains(">user/1</a>") && page.body.contains(">user/2</a>"), "{}", page.body);
+    assert!(!page.body.contains(">cfg</a>"), "{}", page.body);
+
+    let page = get(&b, "/dashboard/kv/app/value?key=user%2F1", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let ops = json!({"operations": [{"op": "get", "ns": "app", "key": "user/1"}]});
+    let (code, got) = b.post("/api/v1/kv", &ops).await;
+    assert_eq!(code, 200, "{got}");
+    assert_eq!(by_id(&page.body, "kv-version"), got["results"][0]["version"].to_string());
+    assert!(page.body.contains("&quot;n&quot;: 1"), "{}", page.body);
+    let page = get(&b, "/dashboard/kv/app/value?key=nope", None).await;
+    assert!(page.body.contains("id=\"kv-missing\""), "{}", page.body);
+    assert_eq!(get(&b, "/dashboard/kv/BAD%20NS", None).await.status, 400);
+}

@@ -279,6 +279,19 @@ BEGIN
     'deleted', v_count);
 END $$;
 
+-- The dashboard's KV namespaces with their live key counts, a keyset page by
+-- name (`nextAfter` is the `p_after` of the next page, null on the last).
+CREATE OR REPLACE FUNCTION queen.kv_namespaces(p_after text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'namespaces', coalesce(json_agg(json_build_object('namespace', n.ns, 'keys', n.keys) ORDER BY n.ns),
+                                  '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(n.ns) END)
+    FROM (SELECT ns, count(*) AS keys FROM queen.kv
+           WHERE (p_after IS NULL OR ns > p_after) AND (expires_at IS NULL OR expires_at > now())
+           GROUP BY ns ORDER BY ns LIMIT p_limit) n
+$$;
+
 -- Consumer groups: one entry per (group, queue), queue mode included.
 CREATE OR REPLACE FUNCTION queen.consumer_groups_list(p_name text, p_min_lag_seconds double precision) RETURNS json
 LANGUAGE sql STABLE AS $$

@@ -20,7 +20,7 @@ use axum::{Form, Router};
 use maud::{html, Markup};
 use queen_engine::{DlqQuery, EngineError, Json};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::auth::Role;
 use crate::{ApiError, AppState};
@@ -49,6 +49,9 @@ pub(crate) fn router() -> Router<Arc<AppState>> {
         .route("/dashboard/dlq", get(dead_letters))
         .route("/dashboard/dlq/retry", post(retry_dead_letter))
         .route("/dashboard/dlq/delete", post(delete_dead_letter))
+        .route("/dashboard/kv", get(kv_namespaces))
+        .route("/dashboard/kv/{ns}", get(kv_keys))
+        .route("/dashboard/kv/{ns}/value", get(kv_value))
         .route("/dashboard/system", get(system))
         .route("/dashboard/system/maintenance", post(maintenance))
 }
@@ -568,6 +571,133 @@ async fn dead_letters_content(app: &AppState, s: &Session, p: &Paging) -> Page {
             }
         }
         (pager(&format!("/dashboard/dlq{}", filter_query(p)), p.page(), PAGE, total, list.len()))
+    })
+}
+
+#[derive(Deserialize, Default)]
+struct KvQuery {
+    after: Option<String>,
+    prefix: Option<String>,
+    key: Option<String>,
+}
+
+async fn kv_namespaces(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    uri: Uri,
+    Query(q): Query<KvQuery>,
+) -> Response {
+    let s = session_or_login!(app, headers);
+    let content = kv_namespaces_content(&app, &q).await;
+    finish(&headers, &s, "KV", Some(&uri), content)
+}
+
+async fn kv_namespaces_content(app: &AppState, q: &KvQuery) -> Page {
+    let after = Paging::filter(&q.after);
+    let v = read(app.engine.kv_namespaces(after, PAGE as i32)).await?;
+    let next = v.get("nextAfter").and_then(Value::as_str);
+    Ok(html! {
+        table {
+            tr { th { "namespace" } th { "live keys" } }
+            @for n in v.get("namespaces").and_then(Value::as_array).into_iter().flatten() {
+                @let ns = at(n, "/namespace");
+                tr { td { a href={ "/dashboard/kv/" (enc(&ns)) } { (ns) } }
+                     td.n id={ "kv-keys-" (ns) } { (at(n, "/keys")) } }
+            }
+        }
+        p.pager {
+            @if after.is_some() { a href="/dashboard/kv" { "← first page" } }
+            @if let Some(n) = next { a href={ "/dashboard/kv?after=" (enc(n)) } { "next →" } }
+        }
+    })
+}
+
+/// One KV call through the same decoder and engine call as `POST /api/v1/kv`.
+async fn kv_call(app: &AppState, op: Value) -> Result<Value, Response> {
+    let v = read(app.engine.kv(&json!({"operations": [op]}).to_string())).await?;
+    Ok(v.pointer("/results/0").cloned().unwrap_or(Value::Null))
+}
+
+async fn kv_keys(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Path(ns): Path<String>,
+    Query(q): Query<KvQuery>,
+) -> Response {
+    let s = session_or_login!(app, headers);
+    let content = kv_keys_content(&app, &ns, &q).await;
+    finish(&headers, &s, &format!("KV namespace {ns}"), None, content)
+}
+
+/// Shortens a JSON text for a table cell.
+fn preview(text: &str) -> String {
+    match text.char_indices().nth(120) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
+}
+
+async fn kv_keys_content(app: &AppState, ns: &str, q: &KvQuery) -> Page {
+    let prefix = q.prefix.clone().unwrap_or_default();
+    let mut op = json!({"op": "getPrefix", "ns": ns, "prefix": prefix, "limit": PAGE});
+    if let Some(a) = Paging::filter(&q.after) {
+        op["after"] = json!(a);
+    }
+    let r = kv_call(app, op).await?;
+    let next = r.get("nextAfter").and_then(Value::as_str);
+    let base = format!("/dashboard/kv/{}?prefix={}", enc(ns), enc(&prefix));
+    Ok(html! {
+        form method="get" action={ "/dashboard/kv/" (enc(ns)) } {
+            "prefix " input name="prefix" value=(prefix);
+            " " button type="submit" { "Show" }
+        }
+        table {
+            tr { th { "key" } th { "value" } th { "version" } th { "expires" } th { "updated" } }
+            @for row in r.get("rows").and_then(Value::as_array).into_iter().flatten() {
+                @let key = at(row, "/key");
+                tr {
+                    td { a href={ "/dashboard/kv/" (enc(ns)) "/value?key=" (enc(&key)) } { (key) } }
+                    td { code { (preview(&row.get("value").map(Value::to_string).unwrap_or_default())) } }
+                    td.n { (at(row, "/version")) } td { (at(row, "/expiresAt")) } td { (at(row, "/updatedAt")) }
+                }
+            }
+        }
+        p.pager {
+            @if q.after.is_some() { a href=(base) { "← first page" } }
+            @if let Some(n) = next { a href={ (base) "&after=" (enc(n)) } { "next →" } }
+        }
+    })
+}
+
+async fn kv_value(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    uri: Uri,
+    Path(ns): Path<String>,
+    Query(q): Query<KvQuery>,
+) -> Response {
+    let s = session_or_login!(app, headers);
+    let key = q.key.clone().unwrap_or_default();
+    let content = kv_value_content(&app, &ns, &key).await;
+    finish(&headers, &s, &format!("KV {ns} / {key}"), Some(&uri), content)
+}
+
+async fn kv_value_content(app: &AppState, ns: &str, key: &str) -> Page {
+    let r = kv_call(app, json!({"op": "get", "ns": ns, "key": key})).await?;
+    let found = r.get("found").and_then(Value::as_bool).unwrap_or(false);
+    let value =
+        r.get("value").map(|v| serde_json::to_string_pretty(v).unwrap_or_default()).unwrap_or_default();
+    Ok(html! {
+        @if found {
+            table {
+                tr { th { "version" } td #kv-version { (at(&r, "/version")) } }
+                tr { th { "expires" } td { (at(&r, "/expiresAt")) } }
+            }
+            pre #kv-value { (value) }
+        } @else {
+            p.muted #kv-missing { "No live key " code { (key) } " in " (ns) "." }
+        }
+        p { a href={ "/dashboard/kv/" (enc(ns)) } { "All keys of " (ns) } }
     })
 }
 
