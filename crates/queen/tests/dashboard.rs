@@ -104,7 +104,7 @@ async fn every_page_answers_with_the_numbers_of_the_json_api() {
     assert_eq!(home.status, 200, "{}", home.body);
     assert!(home.headers["content-type"].to_str().unwrap().starts_with("text/html"));
     assert!(
-        home.body.contains("/dashboard/assets/htmx.min.js") && home.body.contains("hx-trigger=\"every 5s\"")
+        home.body.contains("/dashboard/assets/htmx.min.js") && home.body.contains("hx-trigger=\"every 5s [")
     );
     for (id, pointer) in [
         ("ov-total", "/messages/total"),
@@ -381,4 +381,32 @@ async fn kv_pages_list_namespaces_prefix_pages_and_values() {
     let page = get(&b, "/dashboard/kv/app/value?key=nope", None).await;
     assert!(page.body.contains("id=\"kv-missing\""), "{}", page.body);
     assert_eq!(get(&b, "/dashboard/kv/BAD%20NS", None).await.status, 400);
+}
+
+#[tokio::test]
+async fn seek_moves_a_group_to_the_end_from_the_groups_page() {
+    let b = TestBroker::start().await;
+    b.push("sq", "p", &[("a", json!(1)), ("b", json!(2)), ("c", json!(3))]).await;
+    let popped = b.pop_some("sq", "batch=1&consumerGroup=late").await;
+    b.ack(&popped["messages"][0], "completed", Some("late")).await;
+    let lag = |groups: &Value| {
+        groups.as_array().unwrap().iter().find(|g| g["name"] == "late").unwrap()["totalLag"].as_i64().unwrap()
+    };
+    assert_eq!(lag(&json_ok(&b, "/api/v1/consumer-groups").await), 2);
+
+    let page = get(&b, "/dashboard/groups", None).await;
+    assert_eq!(by_id(&page.body, "g-lag-late-sq"), "2");
+    assert!(page.body.contains("action=\"/dashboard/groups/seek\""), "{}", page.body);
+    let (cookie, _) = session_cookie(&page);
+    let token = csrf(&page.body);
+    let fields = [("group", "late"), ("queue", "sq"), ("to", "")];
+    assert_eq!(post_form(&b, "/dashboard/groups/seek", Some(&cookie), &fields).await.status, 403);
+    let fields = [("csrf", token.as_str()), ("group", "late"), ("queue", "sq"), ("to", "")];
+    let a = post_form(&b, "/dashboard/groups/seek", Some(&cookie), &fields).await;
+    assert_eq!(a.status, 303, "{}", a.body);
+    assert_eq!(lag(&json_ok(&b, "/api/v1/consumer-groups").await), 0);
+    let page = get(&b, "/dashboard/groups", Some(&cookie)).await;
+    assert_eq!(by_id(&page.body, "g-lag-late-sq"), "0");
+    let fields = [("csrf", token.as_str()), ("group", "late"), ("queue", "sq"), ("to", "not a time")];
+    assert_eq!(post_form(&b, "/dashboard/groups/seek", Some(&cookie), &fields).await.status, 400);
 }

@@ -44,6 +44,7 @@ pub(crate) fn router() -> Router<Arc<AppState>> {
         .route("/dashboard/queues", get(queues))
         .route("/dashboard/queues/{queue}", get(queue))
         .route("/dashboard/groups", get(groups))
+        .route("/dashboard/groups/seek", post(seek))
         .route("/dashboard/messages", get(messages))
         .route("/dashboard/messages/{partition_id}/{transaction_id}", get(message))
         .route("/dashboard/dlq", get(dead_letters))
@@ -387,19 +388,24 @@ async fn groups(
     Query(p): Query<Paging>,
 ) -> Response {
     let s = session_or_login!(app, headers);
-    let content = groups_content(&app, &p).await;
+    let content = groups_content(&app, &s, &p).await;
     finish(&headers, &s, "Consumer groups", Some(&uri), content)
 }
 
-async fn groups_content(app: &AppState, p: &Paging) -> Page {
+async fn groups_content(app: &AppState, s: &Session, p: &Paging) -> Page {
     let all = read(app.engine.consumer_groups(None, None)).await?;
     let all = all.as_array().cloned().unwrap_or_default();
     let start = usize::try_from(p.page() * PAGE).unwrap_or(usize::MAX);
     let shown: Vec<&Value> = all.iter().skip(start).take(PAGE as usize).collect();
     Ok(html! {
+        @if s.can_act() {
+            p.muted { "Seek moves a group's cursors on a queue to the end, or to a time (ISO 8601, e.g. "
+                      code { "2026-01-01T00:00:00Z" } "): the messages pushed from then on are read again." }
+        }
         table {
             tr { th { "group" } th { "queue" } th { "partitions" } th { "lagging partitions" }
-                 th { "lag (messages)" } th { "lag (seconds)" } th { "state" } th { "subscription" } }
+                 th { "lag (messages)" } th { "lag (seconds)" } th { "state" } th { "subscription" }
+                 @if s.can_act() { th { "seek" } } }
             @for g in &shown {
                 @let queue = at(g, "/queueName");
                 tr {
@@ -409,6 +415,17 @@ async fn groups_content(app: &AppState, p: &Paging) -> Page {
                     td.n id={ "g-lag-" (at(g, "/name")) "-" (queue) } { (at(g, "/totalLag")) }
                     td.n { (seconds(g.get("maxTimeLag"))) } td { (at(g, "/state")) }
                     td { (at(g, "/subscriptionMode")) }
+                    @if s.can_act() {
+                        td {
+                            form.inline method="post" action="/dashboard/groups/seek" {
+                                input type="hidden" name="csrf" value=(s.csrf);
+                                input type="hidden" name="group" value=(at(g, "/name"));
+                                input type="hidden" name="queue" value=(queue);
+                                input name="to" size="22" placeholder="end";
+                                " " button type="submit" { "Seek" }
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -798,6 +815,26 @@ async fn delete_dead_letter(
     Form(form): Form<DeadLetterForm>,
 ) -> Response {
     dead_letter_action(&app, &headers, form, false).await
+}
+
+#[derive(Deserialize)]
+struct SeekForm {
+    csrf: Option<String>,
+    group: Option<String>,
+    queue: Option<String>,
+    to: Option<String>,
+}
+
+async fn seek(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(form): Form<SeekForm>) -> Response {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadWrite) {
+        return session::forbidden(reason);
+    }
+    let (group, queue) = (form.group.unwrap_or_default(), form.queue.unwrap_or_default());
+    let to = Paging::filter(&form.to);
+    match app.engine.seek(&group, &queue, to.is_none(), to).await {
+        Ok(_) => see_other("/dashboard/groups"),
+        Err(e) => failure(e),
+    }
 }
 
 #[derive(Deserialize)]

@@ -5,8 +5,10 @@ use serde_json::Value;
 
 use super::session::Session;
 
-/// Seconds between two refreshes of a page's live figures.
-pub(crate) const REFRESH: &str = "every 5s";
+/// A page's live figures reload every 5 s, except while a form field has the
+/// focus (the reload would replace what is being typed).
+pub(crate) const REFRESH: &str =
+    "every 5s [!(document.activeElement && document.activeElement.matches('input, select, textarea'))]";
 
 const STYLE: &str = "
 body{font-family:system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
