@@ -122,6 +122,15 @@ impl Engine {
         .await
     }
 
+    /// The messages carrying `transaction_id` on any partition, newest first.
+    pub async fn messages_by_transaction(
+        &self,
+        transaction_id: &str,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.messages_by_transaction($1, $2)::text", &[&transaction_id, &limit]).await
+    }
+
     /// One message with the consumption state of every group (404 when missing).
     pub async fn message(
         &self,

@@ -410,3 +410,21 @@ async fn seek_moves_a_group_to_the_end_from_the_groups_page() {
     let fields = [("csrf", token.as_str()), ("group", "late"), ("queue", "sq"), ("to", "not a time")];
     assert_eq!(post_form(&b, "/dashboard/groups/seek", Some(&cookie), &fields).await.status, 400);
 }
+
+#[tokio::test]
+async fn messages_are_found_by_transaction_id_on_any_queue() {
+    let b = TestBroker::start().await;
+    b.push("fa", "p1", &[("find-me", json!({"q": "fa"})), ("other", json!(0))]).await;
+    b.push("fb", "Default", &[("find-me", json!({"q": "fb"}))]).await;
+    let page = get(&b, "/dashboard/messages?transactionId=find-me", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("fa/p1") && page.body.contains("fb/Default"), "{}", page.body);
+    assert!(!page.body.contains(">other</a>"), "{}", page.body);
+    assert_eq!(page.body.matches(">find-me</a>").count(), 2, "{}", page.body);
+    let listed = json_ok(&b, "/api/v1/messages?queue=fb").await;
+    let pid = listed["messages"][0]["partitionId"].as_str().unwrap().to_owned();
+    assert!(page.body.contains(&format!("/dashboard/messages/{pid}/find-me")), "{}", page.body);
+    let page = get(&b, "/dashboard/messages?transactionId=nobody", None).await;
+    assert_eq!(page.status, 200);
+    assert_eq!(page.body.matches("href=\"/dashboard/messages/").count(), 0, "{}", page.body);
+}

@@ -185,6 +185,29 @@ BEGIN
              LIMIT p_limit OFFSET p_offset) x);
 END $$;
 
+-- The dashboard's search by transaction id: the messages that carry it on
+-- any partition (one probe of messages_transaction_idx per partition), newest
+-- first, in the shape of messages_list.
+CREATE OR REPLACE FUNCTION queen.messages_by_transaction(p_tx text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('messages', coalesce(json_agg(json_build_object(
+           'id', x.id, 'transactionId', x.transaction_id, 'partitionId', x.partition_id,
+           'queuePath', x.qname || '/' || x.pname, 'queue', x.qname, 'partition', x.pname,
+           'status', x.status, 'createdAt', queen.iso(x.created_at)) ORDER BY x.created_at DESC, x.seq DESC),
+           '[]'::json))
+    FROM (SELECT m.id, m.transaction_id, m.partition_id, m.created_at, m.seq, q.name AS qname, p.name AS pname,
+                 CASE WHEN EXISTS (SELECT 1 FROM queen.dead_letters dl
+                                    WHERE dl.partition_id = m.partition_id AND dl.seq = m.seq)
+                      THEN 'dead_letter' ELSE queen.message_status(c, m.seq) END AS status
+            FROM queen.partitions p
+            JOIN queen.queues q ON q.id = p.queue_id
+            CROSS JOIN LATERAL (SELECT * FROM queen.messages mm
+                                 WHERE mm.partition_id = p.id AND mm.transaction_id = p_tx) m
+            LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+           ORDER BY m.created_at DESC, m.seq DESC
+           LIMIT p_limit) x
+$$;
+
 -- GET /api/v1/messages/:partitionId/:transactionId, with the consumption
 -- state of every group that has a cursor on the partition.
 CREATE OR REPLACE FUNCTION queen.message_detail(p_partition_id uuid, p_tx text) RETURNS json

@@ -261,6 +261,8 @@ struct Paging {
     page: Option<i64>,
     queue: Option<String>,
     status: Option<String>,
+    #[serde(rename = "transactionId")]
+    transaction_id: Option<String>,
 }
 
 impl Paging {
@@ -457,9 +459,17 @@ async fn messages(
 
 async fn messages_content(app: &AppState, p: &Paging) -> Page {
     let (queue, status) = (Paging::filter(&p.queue), Paging::filter(&p.status));
-    let v = read(app.engine.messages(queue, None, status, PAGE as i32, p.offset())).await?;
+    let tx = Paging::filter(&p.transaction_id);
+    let v = match tx {
+        Some(tx) => read(app.engine.messages_by_transaction(tx, PAGE as i32)).await?,
+        None => read(app.engine.messages(queue, None, status, PAGE as i32, p.offset())).await?,
+    };
     let list = v.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     Ok(html! {
+        form method="get" action="/dashboard/messages" {
+            "transaction id " input name="transactionId" value=(tx.unwrap_or_default());
+            " " button type="submit" { "Find" }
+        }
         form method="get" action="/dashboard/messages" {
             "queue " input name="queue" value=(queue.unwrap_or_default());
             " status "
@@ -481,7 +491,9 @@ async fn messages_content(app: &AppState, p: &Paging) -> Page {
                 }
             }
         }
-        (pager(&format!("/dashboard/messages{}", filter_query(p)), p.page(), PAGE, None, list.len()))
+        @if tx.is_none() {
+            (pager(&format!("/dashboard/messages{}", filter_query(p)), p.page(), PAGE, None, list.len()))
+        }
     })
 }
 
