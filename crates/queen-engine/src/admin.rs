@@ -173,6 +173,18 @@ impl Engine {
         self.call_json("SELECT queen.kv_namespaces($1, $2)::text", &[&after, &limit]).await
     }
 
+    /// A keyset page of one KV namespace's live keys with their values,
+    /// under `prefix` (empty: all), after `after`.
+    pub async fn kv_page(
+        &self,
+        ns: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.kv_page($1, $2, $3, $4)::text", &[&ns, &prefix, &after, &limit]).await
+    }
+
     /// Consumer groups (one entry per group and queue), optionally one name or only the lagging.
     pub async fn consumer_groups(
         &self,

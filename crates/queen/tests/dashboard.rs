@@ -380,7 +380,23 @@ async fn kv_pages_list_namespaces_prefix_pages_and_values() {
     assert!(page.body.contains("&quot;n&quot;: 1"), "{}", page.body);
     let page = get(&b, "/dashboard/kv/app/value?key=nope", None).await;
     assert!(page.body.contains("id=\"kv-missing\""), "{}", page.body);
-    assert_eq!(get(&b, "/dashboard/kv/BAD%20NS", None).await.status, 400);
+    // Every key of a namespace (no prefix), and an unknown one is empty.
+    let page = get(&b, "/dashboard/kv/app", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(page.body.matches("/dashboard/kv/app/value?key=").count(), 3, "{}", page.body);
+    let page = get(&b, "/dashboard/kv/nothing-here", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(!page.body.contains("/value?key="), "{}", page.body);
+    // Keyset pages: 60 keys are two pages, the second after the first's last key.
+    let ops: Vec<Value> = (0..60).map(|i| put("many", &format!("k{i:03}"), json!(i))).collect();
+    let (code, body) = b.post("/api/v1/kv", &json!({ "operations": ops })).await;
+    assert_eq!(code, 200, "{body}");
+    let first = get(&b, "/dashboard/kv/many", None).await;
+    assert_eq!(first.body.matches("/dashboard/kv/many/value?key=").count(), 50);
+    assert!(first.body.contains("&amp;after=k049"), "{}", first.body);
+    let second = get(&b, "/dashboard/kv/many?prefix=&after=k049", None).await;
+    assert_eq!(second.body.matches("/dashboard/kv/many/value?key=").count(), 10);
+    assert!(second.body.contains(">k050</a>") && !second.body.contains(">k049</a>"), "{}", second.body);
 }
 
 #[tokio::test]
@@ -427,4 +443,32 @@ async fn messages_are_found_by_transaction_id_on_any_queue() {
     let page = get(&b, "/dashboard/messages?transactionId=nobody", None).await;
     assert_eq!(page.status, 200);
     assert_eq!(page.body.matches("href=\"/dashboard/messages/").count(), 0, "{}", page.body);
+}
+
+#[tokio::test]
+async fn timers_and_locks_page_lists_pending_timers_and_held_permits() {
+    use base64::Engine as _;
+    let b = TestBroker::start().await;
+    let payload = base64::engine::general_purpose::STANDARD.encode(json!({"id": 1}).to_string());
+    let ops: Vec<Value> = ["t-1", "t-2"]
+        .iter()
+        .map(|k| json!({"op": "schedule", "queue": "tq", "timerKey": k, "payload": payload, "delayMs": 600_000}))
+        .collect();
+    let (code, body) = b.post("/api/v1/timers", &json!({ "operations": ops })).await;
+    assert_eq!(code, 200, "{body}");
+    let op = json!({"op": "acquire", "name": "job", "ttlSeconds": 30, "owner": "alice"});
+    let (code, body) = b.post("/api/v1/locks", &json!({ "operations": [op] })).await;
+    assert_eq!(code, 200, "{body}");
+
+    let page = get(&b, "/dashboard/timers", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(by_id(&page.body, "tl-pending"), "2");
+    assert_eq!(by_id(&page.body, "tl-due"), "0");
+    assert_eq!(by_id(&page.body, "tl-held"), "1");
+    assert!(page.body.contains("job#") && page.body.contains("alice"), "{}", page.body);
+    assert!(!page.body.contains("t-1"), "timers are listed per queue: {}", page.body);
+
+    let page = get(&b, "/dashboard/timers?queue=tq", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("<td>t-1</td>") && page.body.contains("<td>t-2</td>"), "{}", page.body);
 }

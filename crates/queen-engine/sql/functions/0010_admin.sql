@@ -315,6 +315,24 @@ LANGUAGE sql STABLE AS $$
            GROUP BY ns ORDER BY ns LIMIT p_limit) n
 $$;
 
+-- The dashboard's keys of one namespace, optionally under a prefix (empty:
+-- every key, which getPrefix refuses), a keyset page by key. The range on
+-- the prefix keeps the primary-key scan inside it (keys are COLLATE "C").
+CREATE OR REPLACE FUNCTION queen.kv_page(p_ns text, p_prefix text, p_after text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'rows', coalesce(json_agg(json_build_object('key', k.key, 'value', k.value, 'version', k.version,
+                      'expiresAt', queen.iso(k.expires_at), 'updatedAt', queen.iso(k.updated_at)) ORDER BY k.key),
+                      '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(k.key) END)
+    FROM (SELECT * FROM queen.kv
+           WHERE ns = p_ns AND (p_after IS NULL OR key > p_after)
+             AND (coalesce(p_prefix, '') = ''
+                  OR (key >= p_prefix AND key < p_prefix || chr(1114111) AND starts_with(key, p_prefix)))
+             AND (expires_at IS NULL OR expires_at > now())
+           ORDER BY key LIMIT p_limit) k
+$$;
+
 -- Consumer groups: one entry per (group, queue), queue mode included.
 CREATE OR REPLACE FUNCTION queen.consumer_groups_list(p_name text, p_min_lag_seconds double precision) RETURNS json
 LANGUAGE sql STABLE AS $$

@@ -53,6 +53,7 @@ pub(crate) fn router() -> Router<Arc<AppState>> {
         .route("/dashboard/kv", get(kv_namespaces))
         .route("/dashboard/kv/{ns}", get(kv_keys))
         .route("/dashboard/kv/{ns}/value", get(kv_value))
+        .route("/dashboard/timers", get(timers_and_locks))
         .route("/dashboard/system", get(system))
         .route("/dashboard/system/maintenance", post(maintenance))
 }
@@ -668,11 +669,7 @@ fn preview(text: &str) -> String {
 
 async fn kv_keys_content(app: &AppState, ns: &str, q: &KvQuery) -> Page {
     let prefix = q.prefix.clone().unwrap_or_default();
-    let mut op = json!({"op": "getPrefix", "ns": ns, "prefix": prefix, "limit": PAGE});
-    if let Some(a) = Paging::filter(&q.after) {
-        op["after"] = json!(a);
-    }
-    let r = kv_call(app, op).await?;
+    let r = read(app.engine.kv_page(ns, &prefix, Paging::filter(&q.after), PAGE as i32)).await?;
     let next = r.get("nextAfter").and_then(Value::as_str);
     let base = format!("/dashboard/kv/{}?prefix={}", enc(ns), enc(&prefix));
     Ok(html! {
@@ -727,6 +724,88 @@ async fn kv_value_content(app: &AppState, ns: &str, key: &str) -> Page {
             p.muted #kv-missing { "No live key " code { (key) } " in " (ns) "." }
         }
         p { a href={ "/dashboard/kv/" (enc(ns)) } { "All keys of " (ns) } }
+    })
+}
+
+#[derive(Deserialize, Default)]
+struct TimersQuery {
+    queue: Option<String>,
+    after: Option<String>,
+    #[serde(rename = "lockAfter")]
+    lock_after: Option<String>,
+}
+
+async fn timers_and_locks(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    uri: Uri,
+    Query(q): Query<TimersQuery>,
+) -> Response {
+    let s = session_or_login!(app, headers);
+    let content = timers_and_locks_content(&app, &q).await;
+    finish(&headers, &s, "Timers and locks", Some(&uri), content)
+}
+
+async fn timers_and_locks_content(app: &AppState, q: &TimersQuery) -> Page {
+    let (pending, due, held) = app.engine.timer_and_lock_gauges().await.map_err(failure)?;
+    let queue = Paging::filter(&q.queue);
+    let after = Paging::filter(&q.after);
+    let timers = match queue {
+        Some(queue) => Some(read(app.engine.timer_list(queue, after, Some(PAGE))).await?),
+        None => None,
+    };
+    let locks = read(app.engine.kv_page(
+        queen_engine::LOCKS_NAMESPACE,
+        "",
+        Paging::filter(&q.lock_after),
+        PAGE as i32,
+    ))
+    .await?;
+    let timers_base = format!("/dashboard/timers?queue={}", enc(queue.unwrap_or_default()));
+    Ok(html! {
+        div.cards {
+            (card("timers pending", pending.to_string(), "tl-pending"))
+            (card("timers due now", due.to_string(), "tl-due"))
+            (card("lock permits held", held.to_string(), "tl-held"))
+            (card("timers fired by this broker", app.engine.timer_stats().fired.to_string(), "tl-fired"))
+        }
+        h2 { "Timers" }
+        form method="get" action="/dashboard/timers" {
+            "queue " input name="queue" value=(queue.unwrap_or_default());
+            " " button type="submit" { "List" }
+        }
+        @if let Some(t) = &timers {
+            table {
+                tr { th { "timer key" } th { "partition" } th { "deliver at" } th { "attempts" } th { "last error" }
+                     th { "txn" } }
+                @for row in t.get("rows").and_then(Value::as_array).into_iter().flatten() {
+                    tr { td { (at(row, "/timerKey")) } td { (at(row, "/partition")) } td { (at(row, "/deliverAt")) }
+                         td.n { (at(row, "/attempts")) } td { (at(row, "/lastError")) } td { (at(row, "/txn")) } }
+                }
+            }
+            p.pager {
+                @if after.is_some() { a href=(timers_base) { "← first page" } }
+                @if let Some(n) = t.get("nextAfter").and_then(Value::as_str) {
+                    a href={ (timers_base) "&after=" (enc(n)) } { "next →" }
+                }
+            }
+        } @else {
+            p.muted { "Name a queue to list its pending timers." }
+        }
+        h2 { "Lock permits" }
+        table {
+            tr { th { "lock # slot" } th { "token" } th { "holder" } th { "expires" } }
+            @for row in locks.get("rows").and_then(Value::as_array).into_iter().flatten() {
+                tr { td { (at(row, "/key")) } td.n { (at(row, "/version")) } td { code { (at(row, "/value")) } }
+                     td { (at(row, "/expiresAt")) } }
+            }
+        }
+        p.pager {
+            @if q.lock_after.is_some() { a href=(timers_base) { "← first page" } }
+            @if let Some(n) = locks.get("nextAfter").and_then(Value::as_str) {
+                a href={ (timers_base) "&lockAfter=" (enc(n)) } { "next →" }
+            }
+        }
     })
 }
 

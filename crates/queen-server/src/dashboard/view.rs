@@ -48,6 +48,7 @@ pub(crate) fn page(title: &str, session: Option<&Session>, live: Option<&str>, c
                         a href="/dashboard/messages" { "Messages" }
                         a href="/dashboard/dlq" { "Dead letters" }
                         a href="/dashboard/kv" { "KV" }
+                        a href="/dashboard/timers" { "Timers and locks" }
                         a href="/dashboard/system" { "System" }
                         span.who {
                             "role: " (s.role_name())
