@@ -92,6 +92,9 @@ async fn figures_refresh_live_and_retry_is_a_click() {
     let popped = b.pop_some("payments", "batch=1").await;
     let r = b.ack_with(&popped["messages"][0], "failed", Some("amount is not a number"), None).await;
     assert_eq!(r["dlq"], true, "{r}");
+    let put = |key: &str, value: serde_json::Value| json!({"op": "put", "ns": "app", "key": key, "value": value, "forever": true});
+    let ops = json!({"operations": [put("feature/dark-mode", json!(true)), put("user/42", json!({"name": "Ada"}))]});
+    assert_eq!(b.post("/api/v1/kv", &ops).await.0, 200);
     let c = browser(&driver).await;
 
     // Overview: the total follows a push within a refresh, without a reload.
@@ -114,6 +117,9 @@ async fn figures_refresh_live_and_retry_is_a_click() {
         ("/dashboard/queues/orders", "queue"),
         ("/dashboard/groups", "groups"),
         ("/dashboard/messages", "messages"),
+        ("/dashboard/kv", "kv"),
+        ("/dashboard/kv/app", "kv-keys"),
+        ("/dashboard/timers", "timers-and-locks"),
         ("/dashboard/system", "system"),
     ] {
         c.goto(&b.url(path)).await.unwrap();

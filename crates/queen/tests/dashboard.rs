@@ -472,3 +472,32 @@ async fn timers_and_locks_page_lists_pending_timers_and_held_permits() {
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("<td>t-1</td>") && page.body.contains("<td>t-2</td>"), "{}", page.body);
 }
+
+/// The URL the live block reloads from.
+fn live_url(html: &str) -> String {
+    let marker = "hx-get=\"";
+    let start = html.find(marker).unwrap_or_else(|| panic!("no live block in {html}")) + marker.len();
+    html[start..].split('"').next().unwrap().replace("&amp;", "&")
+}
+
+#[tokio::test]
+async fn overview_rates_come_from_the_previous_reload_and_kv_verdicts_are_counted() {
+    let b = TestBroker::start().await;
+    let first = get(&b, "/", None).await;
+    assert_eq!(by_id(&first.body, "ov-pushRate"), "—", "no previous reload, no rate");
+    let next = live_url(&first.body);
+    assert!(next.starts_with("/?t=") && next.contains("&push="), "{next}");
+
+    b.push("rates", "Default", &[("r1", json!(1))]).await;
+    let put = json!({"operations": [{"op": "put", "ns": "rates", "key": "k", "value": 1, "forever": true}]});
+    assert_eq!(b.post("/api/v1/kv", &put).await.0, 200);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let reload = answer(browser().get(b.url(&next)).header("hx-request", "true")).await;
+    assert_eq!(reload.status, 200, "{}", reload.body);
+    assert!(reload.body.starts_with("<div id=\"live\""), "the block alone: {}", reload.body);
+    let rate: f64 = by_id(&reload.body, "ov-pushRate").parse().unwrap();
+    assert!(rate > 0.0, "{rate}");
+    assert_ne!(live_url(&reload.body), next, "the next reload carries the new counters");
+    let applied: f64 = by_id(&reload.body, "kv-verdict-put-applied").parse().unwrap();
+    assert!(applied >= 1.0, "{applied}");
+}

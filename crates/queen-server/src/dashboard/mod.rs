@@ -110,16 +110,20 @@ fn see_other(to: &str) -> Response {
 /// The response of a page: its content only for an htmx refresh, else the
 /// whole page; never cached; the anonymous session's cookie when new.
 fn finish(headers: &HeaderMap, s: &Session, title: &str, live: Option<&Uri>, content: Page) -> Response {
+    let live =
+        live.map(|u| u.path_and_query().map_or_else(|| u.path().to_owned(), |pq| pq.as_str().to_owned()));
+    finish_at(headers, s, title, live, content)
+}
+
+/// [`finish`] with the URL the live block reloads from.
+fn finish_at(headers: &HeaderMap, s: &Session, title: &str, live: Option<String>, content: Page) -> Response {
     let content = match content {
         Ok(c) => c,
         Err(resp) => return resp,
     };
-    let live =
-        live.map(|u| u.path_and_query().map_or_else(|| u.path().to_owned(), |pq| pq.as_str().to_owned()));
-    let body = if is_htmx(headers) && live.is_some() {
-        content
-    } else {
-        view::page(title, Some(s), live.as_deref(), content)
+    let body = match (&live, is_htmx(headers)) {
+        (Some(url), true) => view::live_block(url, content),
+        _ => view::page(title, Some(s), live.as_deref(), content),
     };
     let mut resp = body.into_response();
     let h = resp.headers_mut();
@@ -218,17 +222,107 @@ async fn logout(
 
 // ---------------------------------------------------------------- pages
 
-async fn overview(State(app): State<Arc<AppState>>, headers: HeaderMap, uri: Uri) -> Response {
-    let s = session_or_login!(app, headers);
-    let content = overview_content(&app).await;
-    finish(&headers, &s, "Overview", Some(&uri), content)
+/// The counters of the previous overview reload, carried in its URL: rates
+/// are the difference, with no state on the broker.
+#[derive(Deserialize, Default, Clone, Copy)]
+struct Traffic {
+    /// Milliseconds since the Unix epoch.
+    t: Option<u64>,
+    push: Option<f64>,
+    pop: Option<f64>,
+    ack: Option<f64>,
+    err: Option<f64>,
+    dead: Option<f64>,
 }
 
-async fn overview_content(app: &AppState) -> Page {
+impl Traffic {
+    /// This broker's request counters now, and the dead letters.
+    fn now(dead: f64) -> Traffic {
+        let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok();
+        let (mut push, mut pop, mut ack, mut err) = (0.0, 0.0, 0.0, 0.0);
+        for (labels, n) in crate::metrics::counters("queen_http_requests_total") {
+            let get =
+                |k: &str| labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str()).unwrap_or("");
+            let route = get("route");
+            if route.starts_with("/api/v1/push") {
+                push += n;
+            } else if route.starts_with("/api/v1/pop") {
+                pop += n;
+            } else if route.starts_with("/api/v1/ack") {
+                ack += n;
+            }
+            if get("status").starts_with('5') {
+                err += n;
+            }
+        }
+        Traffic {
+            t: millis.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            push: Some(push),
+            pop: Some(pop),
+            ack: Some(ack),
+            err: Some(err),
+            dead: Some(dead),
+        }
+    }
+
+    fn url(&self) -> String {
+        let n = |v: Option<f64>| v.unwrap_or(0.0);
+        format!(
+            "/?t={}&push={}&pop={}&ack={}&err={}&dead={}",
+            self.t.unwrap_or(0),
+            n(self.push),
+            n(self.pop),
+            n(self.ack),
+            n(self.err),
+            n(self.dead)
+        )
+    }
+
+    /// The change per second between `before` and `self`, times `per`; a
+    /// dash without a previous reload, or when a counter went back (this
+    /// broker restarted; the dead letters may go down, they are net).
+    fn rate(&self, before: &Traffic, pick: fn(&Traffic) -> Option<f64>, per: f64, net: bool) -> String {
+        let (Some(t1), Some(t0), Some(a), Some(b)) = (self.t, before.t, pick(self), pick(before)) else {
+            return "—".to_owned();
+        };
+        if t1 <= t0 || (a < b && !net) {
+            return "—".to_owned();
+        }
+        format!("{:.1}", (a - b) / ((t1 - t0) as f64 / 1000.0) * per)
+    }
+}
+
+async fn overview(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(before): Query<Traffic>,
+) -> Response {
+    let s = session_or_login!(app, headers);
+    match overview_content(&app, &before).await {
+        Ok((content, next)) => finish_at(&headers, &s, "Overview", Some(next.url()), Ok(content)),
+        Err(resp) => resp,
+    }
+}
+
+async fn overview_content(app: &AppState, before: &Traffic) -> Result<(Markup, Traffic), Response> {
     let o = read(app.engine.resources_overview()).await?;
     let m = read(app.engine.maintenance()).await?;
     let (size, idle, max) = app.engine.pool_status();
-    Ok(html! {
+    let now = Traffic::now(o.pointer("/messages/deadLetter").and_then(Value::as_f64).unwrap_or(0.0));
+    let mut verdicts = crate::metrics::counters("queen_kv_verdicts_total");
+    verdicts.sort_by(|a, b| a.0.cmp(&b.0));
+    let label = |labels: &[(String, String)], k: &str| {
+        labels.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap_or_default()
+    };
+    let content = html! {
+        h2 { "Traffic of this broker" span.muted { " (per second since the last refresh)" } }
+        div.cards {
+            (card("push requests/s", now.rate(before, |t| t.push, 1.0, false), "ov-pushRate"))
+            (card("pop requests/s", now.rate(before, |t| t.pop, 1.0, false), "ov-popRate"))
+            (card("ack requests/s", now.rate(before, |t| t.ack, 1.0, false), "ov-ackRate"))
+            (card("5xx answers/s", now.rate(before, |t| t.err, 1.0, false), "ov-errorRate"))
+            (card("dead letters/min (net, all brokers)", now.rate(before, |t| t.dead, 60.0, true), "ov-deadRate"))
+        }
         h2 { "Messages" }
         div.cards {
             (card("total", at(&o, "/messages/total"), "ov-total"))
@@ -253,8 +347,20 @@ async fn overview_content(app: &AppState) -> Page {
             (card("pool (in use / max)", format!("{} / {max}", size.saturating_sub(idle)), "ov-pool"))
             (card("long polls waiting", app.engine.queues_waiting().to_string(), "ov-longPolls"))
         }
+        h2 { "KV verdicts of this broker" span.muted { " (since it started)" } }
+        @if verdicts.is_empty() { p.muted { "No KV call yet." } }
+        @else {
+            table {
+                tr { th { "op" } th { "verdict" } th { "count" } }
+                @for (labels, n) in &verdicts {
+                    @let (op, verdict) = (label(labels, "op"), label(labels, "verdict"));
+                    tr { td { (op) } td { (verdict) } td.n id={ "kv-verdict-" (op) "-" (verdict) } { (n) } }
+                }
+            }
+        }
         p.muted { "as of " (at(&o, "/timestamp")) }
-    })
+    };
+    Ok((content, now))
 }
 
 #[derive(Deserialize, Default)]

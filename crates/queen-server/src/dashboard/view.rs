@@ -65,7 +65,7 @@ pub(crate) fn page(title: &str, session: Option<&Session>, live: Option<&str>, c
                 main {
                     h1 { (title) }
                     @if let Some(url) = live {
-                        div #live hx-get=(url) hx-trigger=(REFRESH) hx-swap="innerHTML" { (content) }
+                        (live_block(url, content))
                     } @else {
                         (content)
                     }
@@ -73,6 +73,13 @@ pub(crate) fn page(title: &str, session: Option<&Session>, live: Option<&str>, c
             }
         }
     }
+}
+
+/// The block htmx reloads from `url`; a reload answers the whole block
+/// (`outerHTML`), so the next reload may use another URL (the overview
+/// carries its counters in it to compute rates).
+pub(crate) fn live_block(url: &str, content: Markup) -> Markup {
+    html! { div #live hx-get=(url) hx-trigger=(REFRESH) hx-swap="outerHTML" { (content) } }
 }
 
 /// A page with one sentence (errors, refusals).
