@@ -32,6 +32,12 @@ impl Engine {
         self.call_json("SELECT queen.resources_queues($1, $2)::text", &[&limit, &offset]).await
     }
 
+    /// A keyset page of queues by name after `after`, with their counts,
+    /// dead letters and oldest unconsumed message's age; `nextAfter` continues.
+    pub async fn queues_after(&self, after: Option<&str>, limit: i32) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.queues_page($1, $2)::text", &[&after, &limit]).await
+    }
+
     /// One queue with its partitions (404 when missing).
     pub async fn resources_queue(&self, queue: &str) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.resources_queue($1)::text", &[&queue]).await
@@ -192,6 +198,22 @@ impl Engine {
         min_lag_seconds: Option<f64>,
     ) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.consumer_groups_list($1, $2)::text", &[&name, &min_lag_seconds]).await
+    }
+
+    /// Consumer groups of one queue or all, as [`Engine::consumer_groups`]
+    /// lists them, a keyset page by (queue, group) after `after`.
+    pub async fn consumer_groups_page(
+        &self,
+        queue: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        let (after_queue, after_group) = (after.map(|a| a.0), after.map(|a| a.1));
+        self.call_json(
+            "SELECT queen.consumer_groups_page($1, $2, $3, $4)::text",
+            &[&queue, &after_queue, &after_group, &limit],
+        )
+        .await
     }
 
     /// The maintenance switches.

@@ -134,6 +134,7 @@ async fn every_page_answers_with_the_numbers_of_the_json_api() {
     assert_eq!(page.status, 200, "{}", page.body);
     assert_eq!(by_id(&page.body, "q-pending-dq"), dq["messages"]["pending"].to_string());
     assert_eq!(by_id(&page.body, "q-total-dq"), dq["messages"]["total"].to_string());
+    assert_eq!(by_id(&page.body, "q-dead-dq"), "1");
 
     let depth = json_ok(&b, "/api/v1/resources/queues/dq/depth").await;
     let page = get(&b, "/dashboard/queues/dq", None).await;
@@ -500,4 +501,41 @@ async fn overview_rates_come_from_the_previous_reload_and_kv_verdicts_are_counte
     assert_ne!(live_url(&reload.body), next, "the next reload carries the new counters");
     let applied: f64 = by_id(&reload.body, "kv-verdict-put-applied").parse().unwrap();
     assert!(applied >= 1.0, "{applied}");
+}
+
+#[tokio::test]
+async fn consumer_groups_are_paged_by_keyset() {
+    let b = TestBroker::start().await;
+    b.push("gq", "Default", &[("m", json!(1))]).await;
+    for i in 0..51 {
+        b.pop_some("gq", &format!("batch=1&consumerGroup=g{i:02}")).await;
+    }
+    let first = get(&b, "/dashboard/groups", None).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.body.matches("id=\"g-lag-").count(), 50);
+    assert!(first.body.contains("afterQueue=gq&amp;afterGroup=g49"), "{}", first.body);
+    let second = get(&b, "/dashboard/groups?queue=&afterQueue=gq&afterGroup=g49", None).await;
+    assert_eq!(second.body.matches("id=\"g-lag-").count(), 1, "{}", second.body);
+    assert!(second.body.contains("id=\"g-lag-g50-gq\""), "{}", second.body);
+    // The queue's page shows its first 50 and links to the rest.
+    let queue = get(&b, "/dashboard/queues/gq", None).await;
+    assert!(queue.body.contains("/dashboard/groups?queue=gq"), "{}", queue.body);
+    let filtered = get(&b, "/dashboard/groups?queue=other", None).await;
+    assert_eq!(filtered.body.matches("id=\"g-lag-").count(), 0);
+}
+
+#[tokio::test]
+async fn queues_are_paged_by_keyset() {
+    let b = TestBroker::start().await;
+    for i in 0..51 {
+        b.configure_ok(&format!("q{i:02}"), json!({})).await;
+    }
+    let first = get(&b, "/dashboard/queues", None).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.body.matches("id=\"q-pending-").count(), 50);
+    assert!(first.body.contains("/dashboard/queues?after=q49"), "{}", first.body);
+    let second = get(&b, "/dashboard/queues?after=q49", None).await;
+    assert_eq!(second.body.matches("id=\"q-pending-").count(), 1, "{}", second.body);
+    assert!(second.body.contains("id=\"q-pending-q50\""), "{}", second.body);
+    assert!(!second.body.contains("next →"), "the last page has no next: {}", second.body);
 }

@@ -55,6 +55,33 @@ LANGUAGE sql STABLE AS $$
                           FROM queen.partition_stats(q.id)) s
 $$;
 
+-- The dashboard's queues: a keyset page by name (`nextAfter` is the next
+-- page's p_after, null on the last), with the counts of resources_queues,
+-- the dead letters, and the age of the oldest message queue mode has not
+-- consumed (one index probe per partition).
+CREATE OR REPLACE FUNCTION queen.queues_page(p_after text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('queues', coalesce(json_agg(json_build_object(
+           'name', q.name, 'namespace', q.namespace, 'task', q.task,
+           'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
+           'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,
+                                         'deadLetter', s.dead_letter),
+           'oldestMessageAgeSeconds', o.age) ORDER BY q.name), '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(q.name) END)
+    FROM (SELECT * FROM queen.queues WHERE p_after IS NULL OR name > p_after ORDER BY name LIMIT p_limit) q
+    CROSS JOIN LATERAL (SELECT count(*) AS partitions, coalesce(sum(total), 0) AS total,
+                               coalesce(sum(pending), 0) AS pending, coalesce(sum(processing), 0) AS processing,
+                               coalesce(sum(dead_letter), 0) AS dead_letter
+                          FROM queen.partition_stats(q.id)) s
+    CROSS JOIN LATERAL (SELECT coalesce(extract(epoch FROM now() - min(h.created_at))::float8, 0) AS age
+                          FROM queen.partitions p
+                          LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+                          CROSS JOIN LATERAL (SELECT m.created_at FROM queen.messages m
+                                               WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
+                                               ORDER BY m.seq LIMIT 1) h
+                         WHERE p.queue_id = q.id) o
+$$;
+
 CREATE OR REPLACE FUNCTION queen.resources_queue(p_name text) RETURNS json
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -367,6 +394,48 @@ LANGUAGE sql STABLE AS $$
      GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
    -- Lagging: behind on some partition, by at least p_min_lag_seconds.
    WHERE p_min_lag_seconds IS NULL OR (x."totalLag" > 0 AND x."maxTimeLag" >= p_min_lag_seconds)
+$$;
+
+-- The dashboard's consumer groups: consumer_groups_list's entries, of one
+-- queue or all, a keyset page by (queue, group) on the primary key.
+CREATE OR REPLACE FUNCTION queen.consumer_groups_page(p_queue text, p_after_queue text, p_after_group text,
+                                                     p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'groups', coalesce(json_agg(x ORDER BY x."queueName", x.name), '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN
+             (array_agg(json_build_object('queue', x."queueName", 'group', x.name)
+                        ORDER BY x."queueName" DESC, x.name DESC))[1] END) FROM (
+    SELECT g.name, g.queue_name AS "queueName", json_build_array(g.queue_name) AS topics,
+           count(c.partition_id) AS members,
+           count(c.partition_id) FILTER (WHERE c.next_seq < p.next_seq) AS "partitionsWithLag",
+           coalesce(sum(p.next_seq - c.next_seq), 0) AS "totalLag",
+           coalesce(max(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
+                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+                      ORDER BY m.seq LIMIT 1))), 0) AS "maxTimeLag",
+           CASE WHEN coalesce(sum(p.next_seq - c.next_seq), 0) = 0 THEN 'Stable' ELSE 'Lagging' END AS state,
+           g.subscription_mode AS "subscriptionMode", queen.iso(g.subscription_from) AS "subscriptionTimestamp",
+           queen.iso(g.created_at) AS "subscriptionCreatedAt",
+           -- Per partition: how far behind in messages and in seconds (the age of
+           -- the oldest message not consumed yet), how many it has consumed, and
+           -- who holds it now (the lease id: what a consumer acks and extends with).
+           coalesce(json_agg(json_build_object('partition', p.name, 'partitionId', p.id, 'offset', c.next_seq,
+             'offsetLag', p.next_seq - c.next_seq, 'leaseActive', coalesce(c.lease_expires_at > now(), false),
+             'timeLagSeconds', coalesce(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
+                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+                      ORDER BY m.seq LIMIT 1))::float8, 0),
+             'totalConsumed', c.next_seq,
+             'workerId', CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
+             'lastConsumedAt', queen.iso(c.last_delivered_at)) ORDER BY p.name)
+             FILTER (WHERE p.id IS NOT NULL), '[]'::json) AS partitions
+      FROM (SELECT * FROM queen.consumer_groups cg
+             WHERE (p_queue IS NULL OR cg.queue_name = p_queue)
+               AND (p_after_queue IS NULL OR (cg.queue_name, cg.name) > (p_after_queue, coalesce(p_after_group, '')))
+             ORDER BY cg.queue_name, cg.name LIMIT p_limit) g
+      LEFT JOIN queen.queues q ON q.name = g.queue_name
+      LEFT JOIN queen.cursors c ON c.queue_id = q.id AND c.consumer_group = g.name
+      LEFT JOIN queen.partitions p ON p.id = c.partition_id
+     GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
 $$;
 
 -- Maintenance switches: one row, read by push and pop (a primary-key read).

@@ -386,25 +386,31 @@ impl Paging {
     }
 }
 
+#[derive(Deserialize, Default)]
+struct AfterQuery {
+    after: Option<String>,
+}
+
 async fn queues(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     uri: Uri,
-    Query(p): Query<Paging>,
+    Query(q): Query<AfterQuery>,
 ) -> Response {
     let s = session_or_login!(app, headers);
-    let content = queues_content(&app, &p).await;
+    let content = queues_content(&app, &q).await;
     finish(&headers, &s, "Queues", Some(&uri), content)
 }
 
-async fn queues_content(app: &AppState, p: &Paging) -> Page {
-    let v = read(app.engine.queues_page(Some(PAGE as i32), p.offset())).await?;
+async fn queues_content(app: &AppState, q: &AfterQuery) -> Page {
+    let after = Paging::filter(&q.after);
+    let v = read(app.engine.queues_after(after, PAGE as i32)).await?;
     let list = v.get("queues").and_then(Value::as_array).cloned().unwrap_or_default();
-    let total = v.get("total").and_then(Value::as_i64);
+    let next = v.get("nextAfter").and_then(Value::as_str);
     Ok(html! {
         table {
             tr { th { "queue" } th { "namespace" } th { "task" } th { "partitions" } th { "pending" }
-                 th { "processing" } th { "total" } th { "created" } }
+                 th { "processing" } th { "total" } th { "dead letters" } th { "oldest message" } th { "created" } }
             @for q in &list {
                 @let name = at(q, "/name");
                 tr {
@@ -414,11 +420,17 @@ async fn queues_content(app: &AppState, p: &Paging) -> Page {
                     td.n id={ "q-pending-" (name) } { (at(q, "/messages/pending")) }
                     td.n id={ "q-processing-" (name) } { (at(q, "/messages/processing")) }
                     td.n id={ "q-total-" (name) } { (at(q, "/messages/total")) }
+                    td.n id={ "q-dead-" (name) } { (at(q, "/messages/deadLetter")) }
+                    td.n { (seconds(q.get("oldestMessageAgeSeconds"))) }
                     td { (at(q, "/createdAt")) }
                 }
             }
         }
-        (pager("/dashboard/queues?", p.page(), PAGE, total, list.len()))
+        p.pager {
+            @if after.is_some() { a href="/dashboard/queues" { "← first page" } }
+            @if let Some(n) = next { a href={ "/dashboard/queues?after=" (enc(n)) } { "next →" } }
+        }
+        p.muted { "Lag per consumer group: on each queue's page and under Consumer groups." }
     })
 }
 
@@ -436,13 +448,9 @@ async fn queue(
 async fn queue_content(app: &AppState, name: &str) -> Page {
     let q = read(app.engine.resources_queue(name)).await?;
     let depth = read(app.engine.resources_queue_depth(name, None)).await?;
-    let groups = read(app.engine.consumer_groups(None, None)).await?;
-    let groups: Vec<&Value> = groups
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|g| g.get("queueName").and_then(Value::as_str) == Some(name))
-        .collect();
+    let page = read(app.engine.consumer_groups_page(Some(name), None, PAGE as i32)).await?;
+    let more = page.get("nextAfter").is_some_and(|n| !n.is_null());
+    let groups: Vec<&Value> = page.get("groups").and_then(Value::as_array).into_iter().flatten().collect();
     let partitions = q.get("partitions").and_then(Value::as_array).cloned().unwrap_or_default();
     Ok(html! {
         div.cards {
@@ -468,6 +476,7 @@ async fn queue_content(app: &AppState, name: &str) -> Page {
         }
         h2 { "Consumer groups and lease holders" }
         @if groups.is_empty() { p.muted { "No consumer group has read this queue." } }
+        @if more { p { a href={ "/dashboard/groups?queue=" (enc(name)) } { "More groups of this queue →" } } }
         @for g in &groups {
             h3 { (at(g, "/name")) " " span.muted { "lag " (at(g, "/totalLag")) " messages, "
                  (seconds(g.get("maxTimeLag"))) } }
@@ -490,23 +499,38 @@ async fn queue_content(app: &AppState, name: &str) -> Page {
     })
 }
 
+#[derive(Deserialize, Default)]
+struct GroupsQuery {
+    queue: Option<String>,
+    #[serde(rename = "afterQueue")]
+    after_queue: Option<String>,
+    #[serde(rename = "afterGroup")]
+    after_group: Option<String>,
+}
+
 async fn groups(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     uri: Uri,
-    Query(p): Query<Paging>,
+    Query(q): Query<GroupsQuery>,
 ) -> Response {
     let s = session_or_login!(app, headers);
-    let content = groups_content(&app, &s, &p).await;
+    let content = groups_content(&app, &s, &q).await;
     finish(&headers, &s, "Consumer groups", Some(&uri), content)
 }
 
-async fn groups_content(app: &AppState, s: &Session, p: &Paging) -> Page {
-    let all = read(app.engine.consumer_groups(None, None)).await?;
-    let all = all.as_array().cloned().unwrap_or_default();
-    let start = usize::try_from(p.page() * PAGE).unwrap_or(usize::MAX);
-    let shown: Vec<&Value> = all.iter().skip(start).take(PAGE as usize).collect();
+async fn groups_content(app: &AppState, s: &Session, q: &GroupsQuery) -> Page {
+    let queue = Paging::filter(&q.queue);
+    let after = Paging::filter(&q.after_queue).map(|aq| (aq, q.after_group.as_deref().unwrap_or_default()));
+    let page = read(app.engine.consumer_groups_page(queue, after, PAGE as i32)).await?;
+    let shown: Vec<&Value> = page.get("groups").and_then(Value::as_array).into_iter().flatten().collect();
+    let base = format!("/dashboard/groups?queue={}", enc(queue.unwrap_or_default()));
+    let next = page.get("nextAfter").filter(|n| !n.is_null());
     Ok(html! {
+        form method="get" action="/dashboard/groups" {
+            "queue " input name="queue" value=(queue.unwrap_or_default());
+            " " button type="submit" { "Filter" }
+        }
         @if s.can_act() {
             p.muted { "Seek moves a group's cursors on a queue to the end, or to a time (ISO 8601, e.g. "
                       code { "2026-01-01T00:00:00Z" } "): the messages pushed from then on are read again." }
@@ -538,7 +562,13 @@ async fn groups_content(app: &AppState, s: &Session, p: &Paging) -> Page {
                 }
             }
         }
-        (pager("/dashboard/groups?", p.page(), PAGE, Some(all.len() as i64), shown.len()))
+        p.pager {
+            @if after.is_some() { a href=(base) { "← first page" } }
+            @if let Some(n) = next {
+                a href={ (base) "&afterQueue=" (enc(&at(n, "/queue"))) "&afterGroup=" (enc(&at(n, "/group"))) }
+                  { "next →" }
+            }
+        }
     })
 }
 
