@@ -164,6 +164,17 @@ impl Engine {
         self.call_json("SELECT queen.message_retry($1, $2)::text", &[partition_id, &transaction_id]).await
     }
 
+    /// Dead letters of one queue or all, newest first, a keyset page before
+    /// `before` (an internal row id; `nextBefore` continues), with the total.
+    pub async fn dlq_page(
+        &self,
+        queue: Option<&str>,
+        before: Option<i64>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.dlq_page($1, $2, $3)::text", &[&queue, &before, &limit]).await
+    }
+
     /// Removes a dead letter from the DLQ without redelivering it (404 when missing).
     pub async fn delete_dead_letter(
         &self,

@@ -539,3 +539,24 @@ async fn queues_are_paged_by_keyset() {
     assert!(second.body.contains("id=\"q-pending-q50\""), "{}", second.body);
     assert!(!second.body.contains("next →"), "the last page has no next: {}", second.body);
 }
+
+#[tokio::test]
+async fn dead_letters_are_paged_by_keyset_newest_first() {
+    let b = TestBroker::start().await;
+    b.configure_ok("dl", json!({"retryLimit": 0})).await;
+    for i in 0..51 {
+        dead_letter(&b, "dl", &format!("x{i:02}")).await;
+    }
+    let first = get(&b, "/dashboard/dlq?queue=dl", None).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(by_id(&first.body, "dlq-total"), "51");
+    assert_eq!(first.body.matches("action=\"/dashboard/dlq/retry\"").count(), 50);
+    assert!(first.body.contains(">x50</a>") && !first.body.contains(">x00</a>"), "newest first");
+    let marker = "&amp;before=";
+    let start = first.body.find(marker).expect("an older page") + marker.len();
+    let before: String = first.body[start..].chars().take_while(char::is_ascii_digit).collect();
+    let second = get(&b, &format!("/dashboard/dlq?queue=dl&before={before}"), None).await;
+    assert_eq!(second.body.matches("action=\"/dashboard/dlq/retry\"").count(), 1, "{}", second.body);
+    assert!(second.body.contains(">x00</a>"), "{}", second.body);
+    assert!(!second.body.contains("older →"), "{}", second.body);
+}

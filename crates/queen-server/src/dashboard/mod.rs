@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Form, Router};
 use maud::{html, Markup};
-use queen_engine::{DlqQuery, EngineError, Json};
+use queen_engine::{EngineError, Json};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -694,27 +694,28 @@ fn dead_letter_actions(s: &Session, pid: &str, tx: &str) -> Markup {
     }
 }
 
+#[derive(Deserialize, Default)]
+struct DlqPaging {
+    queue: Option<String>,
+    before: Option<i64>,
+}
+
 async fn dead_letters(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(p): Query<Paging>,
+    Query(p): Query<DlqPaging>,
 ) -> Response {
     let s = session_or_login!(app, headers);
     let content = dead_letters_content(&app, &s, &p).await;
     finish(&headers, &s, "Dead letters", None, content)
 }
 
-async fn dead_letters_content(app: &AppState, s: &Session, p: &Paging) -> Page {
+async fn dead_letters_content(app: &AppState, s: &Session, p: &DlqPaging) -> Page {
     let queue = Paging::filter(&p.queue);
-    let q = DlqQuery {
-        queue: queue.map(str::to_owned),
-        limit: PAGE as i32,
-        offset: p.offset(),
-        ..DlqQuery::default()
-    };
-    let v = read(app.engine.dlq(&q)).await?;
+    let v = read(app.engine.dlq_page(queue, p.before, PAGE as i32)).await?;
     let list = v.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
-    let total = v.get("total").and_then(Value::as_i64);
+    let next = v.get("nextBefore").and_then(Value::as_i64);
+    let base = format!("/dashboard/dlq?queue={}", enc(queue.unwrap_or_default()));
     Ok(html! {
         form method="get" action="/dashboard/dlq" {
             "queue " input name="queue" value=(queue.unwrap_or_default());
@@ -736,7 +737,10 @@ async fn dead_letters_content(app: &AppState, s: &Session, p: &Paging) -> Page {
                 }
             }
         }
-        (pager(&format!("/dashboard/dlq{}", filter_query(p)), p.page(), PAGE, total, list.len()))
+        p.pager {
+            @if p.before.is_some() { a href=(base) { "← newest" } }
+            @if let Some(n) = next { a href={ (base) "&before=" (n) } { "older →" } }
+        }
     })
 }
 
