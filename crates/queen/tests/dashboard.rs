@@ -265,6 +265,15 @@ async fn with_auth_on_a_session_needs_a_token_and_only_write_roles_act() {
     assert!(login.body.contains("name=\"token\""), "{}", login.body);
     let a = post_form(&b, "/dashboard/login", None, &[("token", "wrong")]).await;
     assert_eq!(a.status, 401);
+    // Another site's form: refused by its Origin, whatever the token.
+    let req = browser()
+        .post(b.url("/dashboard/login"))
+        .header("origin", "https://evil.example")
+        .form(&[("token", RW)]);
+    let a = answer(req).await;
+    assert_eq!(a.status, 403, "{}", a.body);
+    assert!(a.headers.get("set-cookie").is_none());
+    assert_eq!(login.headers["x-frame-options"], "DENY");
     assert!(a.headers.get("set-cookie").is_none());
 
     let log_in = |token: &'static str| {
@@ -307,6 +316,13 @@ async fn with_auth_on_a_session_needs_a_token_and_only_write_roles_act() {
     assert!(page.body.contains("/dashboard/dlq/retry"), "{}", page.body);
     let rw_csrf = csrf(&page.body);
     assert_ne!(rw_csrf, read_csrf);
+    let fields = [("csrf", rw_csrf.as_str()), ("partitionId", pid.as_str()), ("transactionId", "one")];
+    let req = browser()
+        .post(b.url("/dashboard/dlq/retry"))
+        .header("cookie", &rw)
+        .header("origin", "https://evil.example")
+        .form(&fields);
+    assert_eq!(answer(req).await.status, 403, "a cross-origin action, even with the token");
     for wrong in ["", read_csrf.as_str()] {
         let fields = [("csrf", wrong), ("partitionId", pid.as_str()), ("transactionId", "one")];
         let a = post_form(&b, "/dashboard/dlq/retry", Some(&rw), &fields).await;

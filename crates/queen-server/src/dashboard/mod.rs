@@ -129,10 +129,20 @@ fn finish_at(headers: &HeaderMap, s: &Session, title: &str, live: Option<String>
     let h = resp.headers_mut();
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(header::VARY, HeaderValue::from_static("HX-Request, Cookie"));
+    secure_headers(h);
     if let Some(c) = &s.set_cookie {
         h.append(header::SET_COOKIE, c.clone());
     }
     resp
+}
+
+/// No framing (a framed page's buttons could be clicked by another site),
+/// no type sniffing, no referrer outside the broker.
+fn secure_headers(h: &mut HeaderMap) {
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("frame-ancestors 'none'"));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
 }
 
 macro_rules! session_or_login {
@@ -181,12 +191,21 @@ async fn login_form(State(app): State<Arc<AppState>>) -> Response {
     if !app.config.auth.is_enabled() {
         return see_other("/");
     }
-    login_page(None).into_response()
+    let mut resp = login_page(None).into_response();
+    secure_headers(resp.headers_mut());
+    resp
 }
 
-async fn login(State(app): State<Arc<AppState>>, Form(form): Form<LoginForm>) -> Response {
+async fn login(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
     if !app.config.auth.is_enabled() {
         return see_other("/");
+    }
+    if !session::same_origin(&headers) {
+        return session::forbidden("cross-origin request refused");
     }
     let token = form.token.unwrap_or_default();
     let token = token.trim();

@@ -139,6 +139,19 @@ pub(crate) fn session(app: &AppState, headers: &HeaderMap) -> Result<Session, No
     Ok(Session { role: Some(caller.role), csrf: csrf_for(raw), set_cookie: None, auth_on: true })
 }
 
+/// Whether a `POST` comes from our own pages: an `Origin` header, when the
+/// browser sends one, must name the host the request was sent to (a second
+/// line behind the CSRF token, and the only one for the login form).
+pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return true;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host =
+        origin.to_str().ok().and_then(|o| o.split_once("://")).map(|(_, h)| h.trim_end_matches('/'));
+    matches!((origin_host, host), (Some(o), Some(h)) if o.eq_ignore_ascii_case(h))
+}
+
 /// Checks an action: a session, a role of at least `needed`, and the CSRF
 /// token (form field `csrf` or header `X-CSRF-Token`). A refusal's reason
 /// is answered 403 by [`forbidden`].
@@ -148,6 +161,9 @@ pub(crate) fn authorize(
     csrf: Option<&str>,
     needed: Role,
 ) -> Result<Session, &'static str> {
+    if !same_origin(headers) {
+        return Err("cross-origin request refused");
+    }
     let session = session(app, headers).map_err(|_| "no dashboard session: log in first")?;
     if session.set_cookie.is_some() {
         // A session made just now: no form of it was ever served.
@@ -192,5 +208,18 @@ mod tests {
         assert_ne!(csrf, csrf_for("abd"));
         assert!(random_anonymous().starts_with(ANON_PREFIX));
         assert_ne!(random_anonymous(), random_anonymous());
+    }
+
+    #[test]
+    fn origins() {
+        let mut h = HeaderMap::new();
+        assert!(same_origin(&h), "no Origin header: not a browser's cross-site POST");
+        h.insert(header::HOST, HeaderValue::from_static("broker:6632"));
+        h.insert(header::ORIGIN, HeaderValue::from_static("http://broker:6632"));
+        assert!(same_origin(&h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("https://evil.example"));
+        assert!(!same_origin(&h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(!same_origin(&h));
     }
 }
