@@ -95,6 +95,13 @@ async fn figures_refresh_live_and_retry_is_a_click() {
     let put = |key: &str, value: serde_json::Value| json!({"op": "put", "ns": "app", "key": key, "value": value, "forever": true});
     let ops = json!({"operations": [put("feature/dark-mode", json!(true)), put("user/42", json!({"name": "Ada"}))]});
     assert_eq!(b.post("/api/v1/kv", &ops).await.0, 200);
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::STANDARD.encode(json!({"remind": "ada"}).to_string());
+    let timer = json!({"op": "schedule", "queue": "reminders", "timerKey": "ada-1", "payload": payload,
+                       "delayMs": 3_600_000});
+    assert_eq!(b.post("/api/v1/timers", &json!({ "operations": [timer] })).await.0, 200);
+    let lock = json!({"op": "acquire", "name": "nightly-report", "ttlSeconds": 600, "owner": "worker-7"});
+    assert_eq!(b.post("/api/v1/locks", &json!({ "operations": [lock] })).await.0, 200);
     let c = browser(&driver).await;
 
     // Overview: the total follows a push within a refresh, without a reload.
@@ -119,7 +126,7 @@ async fn figures_refresh_live_and_retry_is_a_click() {
         ("/dashboard/messages", "messages"),
         ("/dashboard/kv", "kv"),
         ("/dashboard/kv/app", "kv-keys"),
-        ("/dashboard/timers", "timers-and-locks"),
+        ("/dashboard/timers?queue=reminders", "timers-and-locks"),
         ("/dashboard/system", "system"),
     ] {
         c.goto(&b.url(path)).await.unwrap();
