@@ -32,6 +32,12 @@ impl Engine {
         self.call_json("SELECT queen.resources_queues($1, $2)::text", &[&limit, &offset]).await
     }
 
+    /// A keyset page of queues by name after `after`, with their counts,
+    /// dead letters and oldest unconsumed message's age; `nextAfter` continues.
+    pub async fn queues_after(&self, after: Option<&str>, limit: i32) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.queues_page($1, $2)::text", &[&after, &limit]).await
+    }
+
     /// One queue with its partitions (404 when missing).
     pub async fn resources_queue(&self, queue: &str) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.resources_queue($1)::text", &[&queue]).await
@@ -122,6 +128,15 @@ impl Engine {
         .await
     }
 
+    /// The messages carrying `transaction_id` on any partition, newest first.
+    pub async fn messages_by_transaction(
+        &self,
+        transaction_id: &str,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.messages_by_transaction($1, $2)::text", &[&transaction_id, &limit]).await
+    }
+
     /// One message with the consumption state of every group (404 when missing).
     pub async fn message(
         &self,
@@ -149,6 +164,44 @@ impl Engine {
         self.call_json("SELECT queen.message_retry($1, $2)::text", &[partition_id, &transaction_id]).await
     }
 
+    /// Dead letters of one queue or all, newest first, a keyset page before
+    /// `before` (an internal row id; `nextBefore` continues), with the total.
+    pub async fn dlq_page(
+        &self,
+        queue: Option<&str>,
+        before: Option<i64>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.dlq_page($1, $2, $3)::text", &[&queue, &before, &limit]).await
+    }
+
+    /// Removes a dead letter from the DLQ without redelivering it (404 when missing).
+    pub async fn delete_dead_letter(
+        &self,
+        partition_id: &uuid::Uuid,
+        transaction_id: &str,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.dead_letter_delete($1, $2)::text", &[partition_id, &transaction_id])
+            .await
+    }
+
+    /// KV namespaces with their live key counts, `limit` per page after `after`.
+    pub async fn kv_namespaces(&self, after: Option<&str>, limit: i32) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.kv_namespaces($1, $2)::text", &[&after, &limit]).await
+    }
+
+    /// A keyset page of one KV namespace's live keys with their values,
+    /// under `prefix` (empty: all), after `after`.
+    pub async fn kv_page(
+        &self,
+        ns: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.kv_page($1, $2, $3, $4)::text", &[&ns, &prefix, &after, &limit]).await
+    }
+
     /// Consumer groups (one entry per group and queue), optionally one name or only the lagging.
     pub async fn consumer_groups(
         &self,
@@ -156,6 +209,22 @@ impl Engine {
         min_lag_seconds: Option<f64>,
     ) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.consumer_groups_list($1, $2)::text", &[&name, &min_lag_seconds]).await
+    }
+
+    /// Consumer groups of one queue or all, as [`Engine::consumer_groups`]
+    /// lists them, a keyset page by (queue, group) after `after`.
+    pub async fn consumer_groups_page(
+        &self,
+        queue: Option<&str>,
+        after: Option<(&str, &str)>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        let (after_queue, after_group) = (after.map(|a| a.0), after.map(|a| a.1));
+        self.call_json(
+            "SELECT queen.consumer_groups_page($1, $2, $3, $4)::text",
+            &[&queue, &after_queue, &after_group, &limit],
+        )
+        .await
     }
 
     /// The maintenance switches.

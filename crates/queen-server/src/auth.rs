@@ -31,6 +31,11 @@
 //! the push routes stamp it on every message as `producerSub` (any
 //! `producerSub` in the body is ignored), so a consumer can trust it.
 //!
+//! **The dashboard** (`/` and `/dashboard/*`) is passed through here: a
+//! browser sends no `Authorization` header, so its pages and actions check
+//! the session cookie and CSRF token themselves (`dashboard::session`),
+//! with the same tokens and roles (`AuthConfig::caller_for`).
+//!
 //! **Answers.** No token, a token we do not know, a bad signature, an
 //! expired JWT: 401 with `WWW-Authenticate: Bearer` and the broker's JSON
 //! error body (`code: "unauthorized"`). A read token on a write route: 403
@@ -233,6 +238,12 @@ impl AuthConfig {
         self
     }
 
+    /// Who `token` authenticates as (the dashboard's session cookie holds a
+    /// token and is checked by the same rules as a bearer token).
+    pub(crate) fn caller_for(&self, token: &str) -> Option<Caller> {
+        self.authenticate(token).ok()
+    }
+
     /// Who presented `token`, or why it is refused.
     fn authenticate(&self, token: &str) -> Result<Caller, Denied> {
         if let Some(role) = self.static_role(token) {
@@ -330,6 +341,12 @@ fn is_open(method: &Method, route: Option<&str>) -> bool {
     (method == Method::GET || method == Method::HEAD) && route == Some("/health")
 }
 
+/// The dashboard's pages and actions check their own session cookie (and
+/// CSRF token) instead of a bearer token: a browser cannot send one.
+fn is_dashboard(route: Option<&str>) -> bool {
+    route.is_some_and(|r| r == "/" || r == "/dashboard" || r.starts_with("/dashboard/"))
+}
+
 /// The least role a route needs (see the module documentation).
 fn required_role(method: &Method, route: Option<&str>) -> Role {
     let admin = route.is_some_and(|r| r.starts_with("/api/v1/system/"))
@@ -408,7 +425,7 @@ pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, mut req: Request,
     }
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str());
     let method = req.method();
-    if is_open(method, route) {
+    if is_open(method, route) || is_dashboard(route) {
         return next.run(req).await;
     }
     let verdict = match bearer(req.headers()) {
@@ -516,6 +533,11 @@ mod tests {
         assert!(is_open(&Method::GET, Some("/health")));
         assert!(!is_open(&Method::POST, Some("/health")));
         assert!(!is_open(&Method::GET, None));
+        assert!(is_dashboard(Some("/")));
+        assert!(is_dashboard(Some("/dashboard/queues/{queue}")));
+        assert!(!is_dashboard(Some("/api/v1/resources/queues")));
+        assert!(!is_dashboard(Some("/dashboardx")));
+        assert!(!is_dashboard(None));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 mod auth;
 mod body_guard;
+mod dashboard;
 mod error;
 mod extract;
 mod metrics;
@@ -79,6 +80,7 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let doc = Arc::new(openapi::finish(doc).to_pretty_json().unwrap_or_default());
     routes
         .route("/openapi.json", axum::routing::get(move || serve_document(doc.clone())))
+        .merge(dashboard::router())
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
         .layer(axum::middleware::from_fn(uri_guard::guard))

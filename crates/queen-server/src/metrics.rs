@@ -46,6 +46,54 @@ fn spawn_upkeep(handle: &PrometheusHandle) {
     }
 }
 
+/// The counters named `name`, as (labels, value), read from the recorder's
+/// text rendering: the dashboard's figures of this broker (empty when no
+/// recorder is installed).
+pub(crate) fn counters(name: &str) -> Vec<(Vec<(String, String)>, f64)> {
+    let Some(handle) = handle() else {
+        return Vec::new();
+    };
+    let text = handle.render();
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+            let (labels, value) = rest.rsplit_once("} ")?;
+            Some((parse_labels(labels), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// `a="x",b="y"` (with `\"` and `\\` escapes) as pairs.
+fn parse_labels(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, next)) = chars.next() {
+                        value.push(match next {
+                            'n' => '\n',
+                            other => other,
+                        });
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                other => value.push(other),
+            }
+        }
+        out.push((key.trim_start_matches(',').to_owned(), value));
+        rest = &after[end..];
+    }
+    out
+}
+
 /// Counts and times every request by route template (never the raw URI, so
 /// KV keys in path routes do not become label values).
 pub(crate) async fn track(req: Request, next: Next) -> Response {
@@ -160,5 +208,21 @@ pub(crate) fn record_timers(body: &str) {
 pub(crate) fn record_timer_cancel(body: &str) {
     if let Ok(r) = serde_json::from_str::<TimerVerdict>(body) {
         metrics::counter!("queen_timer_ops_total", "status" => r.status).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_labels;
+
+    #[test]
+    fn labels() {
+        let pairs = parse_labels(r#"op="put",verdict="applied",route="/a\"b""#);
+        let want: Vec<(String, String)> = [("op", "put"), ("verdict", "applied"), ("route", "/a\"b")]
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        assert_eq!(pairs, want);
+        assert!(parse_labels("").is_empty());
     }
 }

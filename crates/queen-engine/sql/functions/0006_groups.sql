@@ -47,6 +47,30 @@ BEGIN
   RETURN json_build_object('messages', coalesce(v_rows, '[]'::json), 'total', v_total);
 END $$;
 
+-- The dashboard's dead letters: newest first by id (the primary key), a
+-- keyset page before `p_before` (`nextBefore` continues, null on the last),
+-- with dlq_list's fields and the total of the filter.
+CREATE OR REPLACE FUNCTION queen.dlq_page(p_queue text, p_before bigint, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'messages', coalesce(json_agg(json_build_object(
+             'id', d.message_id, 'data', d.payload, 'errorMessage', d.error_message,
+             'transactionId', d.transaction_id, 'traceId', d.trace_id, 'partitionId', d.partition_id,
+             'producerSub', d.producer_sub, 'queue', d.qname, 'partition', d.pname,
+             'consumerGroup', d.consumer_group, 'retryCount', d.retry_count,
+             'createdAt', queen.iso(d.created_at), 'failedAt', queen.iso(d.failed_at)) ORDER BY d.id DESC),
+             '[]'::json),
+           'nextBefore', CASE WHEN count(*) >= p_limit THEN min(d.id) END,
+           'total', (SELECT count(*) FROM queen.dead_letters x JOIN queen.queues xq ON xq.id = x.queue_id
+                      WHERE p_queue IS NULL OR xq.name = p_queue))
+    FROM (SELECT dl.*, q.name AS qname, p.name AS pname
+            FROM queen.dead_letters dl
+            JOIN queen.queues q ON q.id = dl.queue_id
+            LEFT JOIN queen.partitions p ON p.id = dl.partition_id
+           WHERE (p_queue IS NULL OR q.name = p_queue) AND (p_before IS NULL OR dl.id < p_before)
+           ORDER BY dl.id DESC LIMIT p_limit) d
+$$;
+
 -- DELETE /api/v1/consumer-groups/:group[/queues/:queue]. With
 -- deleteMetadata a later pop with the same name registers afresh; without it
 -- the group restarts from its stored subscription. Queue mode is a group

@@ -55,6 +55,33 @@ LANGUAGE sql STABLE AS $$
                           FROM queen.partition_stats(q.id)) s
 $$;
 
+-- The dashboard's queues: a keyset page by name (`nextAfter` is the next
+-- page's p_after, null on the last), with the counts of resources_queues,
+-- the dead letters, and the age of the oldest message queue mode has not
+-- consumed (one index probe per partition).
+CREATE OR REPLACE FUNCTION queen.queues_page(p_after text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('queues', coalesce(json_agg(json_build_object(
+           'name', q.name, 'namespace', q.namespace, 'task', q.task,
+           'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
+           'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,
+                                         'deadLetter', s.dead_letter),
+           'oldestMessageAgeSeconds', o.age) ORDER BY q.name), '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(q.name) END)
+    FROM (SELECT * FROM queen.queues WHERE p_after IS NULL OR name > p_after ORDER BY name LIMIT p_limit) q
+    CROSS JOIN LATERAL (SELECT count(*) AS partitions, coalesce(sum(total), 0) AS total,
+                               coalesce(sum(pending), 0) AS pending, coalesce(sum(processing), 0) AS processing,
+                               coalesce(sum(dead_letter), 0) AS dead_letter
+                          FROM queen.partition_stats(q.id)) s
+    CROSS JOIN LATERAL (SELECT coalesce(extract(epoch FROM now() - min(h.created_at))::float8, 0) AS age
+                          FROM queen.partitions p
+                          LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+                          CROSS JOIN LATERAL (SELECT m.created_at FROM queen.messages m
+                                               WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
+                                               ORDER BY m.seq LIMIT 1) h
+                         WHERE p.queue_id = q.id) o
+$$;
+
 CREATE OR REPLACE FUNCTION queen.resources_queue(p_name text) RETURNS json
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
@@ -185,6 +212,29 @@ BEGIN
              LIMIT p_limit OFFSET p_offset) x);
 END $$;
 
+-- The dashboard's search by transaction id: the messages that carry it on
+-- any partition (one probe of messages_transaction_idx per partition), newest
+-- first, in the shape of messages_list.
+CREATE OR REPLACE FUNCTION queen.messages_by_transaction(p_tx text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('messages', coalesce(json_agg(json_build_object(
+           'id', x.id, 'transactionId', x.transaction_id, 'partitionId', x.partition_id,
+           'queuePath', x.qname || '/' || x.pname, 'queue', x.qname, 'partition', x.pname,
+           'status', x.status, 'createdAt', queen.iso(x.created_at)) ORDER BY x.created_at DESC, x.seq DESC),
+           '[]'::json))
+    FROM (SELECT m.id, m.transaction_id, m.partition_id, m.created_at, m.seq, q.name AS qname, p.name AS pname,
+                 CASE WHEN EXISTS (SELECT 1 FROM queen.dead_letters dl
+                                    WHERE dl.partition_id = m.partition_id AND dl.seq = m.seq)
+                      THEN 'dead_letter' ELSE queen.message_status(c, m.seq) END AS status
+            FROM queen.partitions p
+            JOIN queen.queues q ON q.id = p.queue_id
+            CROSS JOIN LATERAL (SELECT * FROM queen.messages mm
+                                 WHERE mm.partition_id = p.id AND mm.transaction_id = p_tx) m
+            LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+           ORDER BY m.created_at DESC, m.seq DESC
+           LIMIT p_limit) x
+$$;
+
 -- GET /api/v1/messages/:partitionId/:transactionId, with the consumption
 -- state of every group that has a cursor on the partition.
 CREATE OR REPLACE FUNCTION queen.message_detail(p_partition_id uuid, p_tx text) RETURNS json
@@ -262,6 +312,54 @@ BEGIN
   RETURN json_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_tx, 'messageId', v_id);
 END $$;
 
+-- The dashboard's "delete a dead letter": the DLQ entry goes and nothing is
+-- redelivered (the message stays consumed on its lane); 404 when absent.
+CREATE OR REPLACE FUNCTION queen.dead_letter_delete(p_partition_id uuid, p_tx text) RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_count integer;
+BEGIN
+  WITH gone AS (DELETE FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx
+                RETURNING 1)
+  SELECT count(*) INTO v_count FROM gone;
+  IF v_count = 0 THEN
+    PERFORM queen.not_found('Dead letter');
+  END IF;
+  RETURN json_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_tx,
+    'deleted', v_count);
+END $$;
+
+-- The dashboard's KV namespaces with their live key counts, a keyset page by
+-- name (`nextAfter` is the `p_after` of the next page, null on the last).
+CREATE OR REPLACE FUNCTION queen.kv_namespaces(p_after text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'namespaces', coalesce(json_agg(json_build_object('namespace', n.ns, 'keys', n.keys) ORDER BY n.ns),
+                                  '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(n.ns) END)
+    FROM (SELECT ns, count(*) AS keys FROM queen.kv
+           WHERE (p_after IS NULL OR ns > p_after) AND (expires_at IS NULL OR expires_at > now())
+           GROUP BY ns ORDER BY ns LIMIT p_limit) n
+$$;
+
+-- The dashboard's keys of one namespace, optionally under a prefix (empty:
+-- every key, which getPrefix refuses), a keyset page by key. The range on
+-- the prefix keeps the primary-key scan inside it (keys are COLLATE "C").
+CREATE OR REPLACE FUNCTION queen.kv_page(p_ns text, p_prefix text, p_after text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'rows', coalesce(json_agg(json_build_object('key', k.key, 'value', k.value, 'version', k.version,
+                      'expiresAt', queen.iso(k.expires_at), 'updatedAt', queen.iso(k.updated_at)) ORDER BY k.key),
+                      '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(k.key) END)
+    FROM (SELECT * FROM queen.kv
+           WHERE ns = p_ns AND (p_after IS NULL OR key > p_after)
+             AND (coalesce(p_prefix, '') = ''
+                  OR (key >= p_prefix AND key < p_prefix || chr(1114111) AND starts_with(key, p_prefix)))
+             AND (expires_at IS NULL OR expires_at > now())
+           ORDER BY key LIMIT p_limit) k
+$$;
+
 -- Consumer groups: one entry per (group, queue), queue mode included.
 CREATE OR REPLACE FUNCTION queen.consumer_groups_list(p_name text, p_min_lag_seconds double precision) RETURNS json
 LANGUAGE sql STABLE AS $$
@@ -296,6 +394,48 @@ LANGUAGE sql STABLE AS $$
      GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
    -- Lagging: behind on some partition, by at least p_min_lag_seconds.
    WHERE p_min_lag_seconds IS NULL OR (x."totalLag" > 0 AND x."maxTimeLag" >= p_min_lag_seconds)
+$$;
+
+-- The dashboard's consumer groups: consumer_groups_list's entries, of one
+-- queue or all, a keyset page by (queue, group) on the primary key.
+CREATE OR REPLACE FUNCTION queen.consumer_groups_page(p_queue text, p_after_queue text, p_after_group text,
+                                                     p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'groups', coalesce(json_agg(x ORDER BY x."queueName", x.name), '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN
+             (array_agg(json_build_object('queue', x."queueName", 'group', x.name)
+                        ORDER BY x."queueName" DESC, x.name DESC))[1] END) FROM (
+    SELECT g.name, g.queue_name AS "queueName", json_build_array(g.queue_name) AS topics,
+           count(c.partition_id) AS members,
+           count(c.partition_id) FILTER (WHERE c.next_seq < p.next_seq) AS "partitionsWithLag",
+           coalesce(sum(p.next_seq - c.next_seq), 0) AS "totalLag",
+           coalesce(max(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
+                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+                      ORDER BY m.seq LIMIT 1))), 0) AS "maxTimeLag",
+           CASE WHEN coalesce(sum(p.next_seq - c.next_seq), 0) = 0 THEN 'Stable' ELSE 'Lagging' END AS state,
+           g.subscription_mode AS "subscriptionMode", queen.iso(g.subscription_from) AS "subscriptionTimestamp",
+           queen.iso(g.created_at) AS "subscriptionCreatedAt",
+           -- Per partition: how far behind in messages and in seconds (the age of
+           -- the oldest message not consumed yet), how many it has consumed, and
+           -- who holds it now (the lease id: what a consumer acks and extends with).
+           coalesce(json_agg(json_build_object('partition', p.name, 'partitionId', p.id, 'offset', c.next_seq,
+             'offsetLag', p.next_seq - c.next_seq, 'leaseActive', coalesce(c.lease_expires_at > now(), false),
+             'timeLagSeconds', coalesce(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
+                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+                      ORDER BY m.seq LIMIT 1))::float8, 0),
+             'totalConsumed', c.next_seq,
+             'workerId', CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
+             'lastConsumedAt', queen.iso(c.last_delivered_at)) ORDER BY p.name)
+             FILTER (WHERE p.id IS NOT NULL), '[]'::json) AS partitions
+      FROM (SELECT * FROM queen.consumer_groups cg
+             WHERE (p_queue IS NULL OR cg.queue_name = p_queue)
+               AND (p_after_queue IS NULL OR (cg.queue_name, cg.name) > (p_after_queue, coalesce(p_after_group, '')))
+             ORDER BY cg.queue_name, cg.name LIMIT p_limit) g
+      LEFT JOIN queen.queues q ON q.name = g.queue_name
+      LEFT JOIN queen.cursors c ON c.queue_id = q.id AND c.consumer_group = g.name
+      LEFT JOIN queen.partitions p ON p.id = c.partition_id
+     GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
 $$;
 
 -- Maintenance switches: one row, read by push and pop (a primary-key read).

@@ -1,0 +1,157 @@
+//! The dashboard in a real browser: headless Chromium driven through
+//! chromedriver (WebDriver, `fantoccini`). The live figures refresh without a
+//! reload (htmx polling), and a dead letter is retried by clicking Retry.
+//!
+//! Skipped (with a note) when `chromedriver` is not installed; on Debian:
+//! `apt-get install chromium chromium-driver`. With `QUEEN_SCREENSHOTS=dir`
+//! it saves PNGs of the main pages there (`docs/screenshots/` holds them).
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestBroker;
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+/// chromedriver on a free local port, killed when dropped.
+struct Driver {
+    _child: tokio::process::Child,
+    url: String,
+}
+
+fn chromedriver() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("chromedriver")).find(|p| p.is_file())
+}
+
+async fn start_driver() -> Option<Driver> {
+    let Some(bin) = chromedriver() else {
+        eprintln!("skipped: chromedriver is not installed (apt-get install chromium chromium-driver)");
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = tokio::process::Command::new(bin)
+        .arg(format!("--port={port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("chromedriver starts");
+    let url = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if let Ok(r) = reqwest::get(format!("{url}/status")).await {
+            if r.status().is_success() {
+                return Some(Driver { _child: child, url });
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("chromedriver did not answer on {url}");
+}
+
+async fn browser(driver: &Driver) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                        "--window-size=1280,900"]}),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a browser session")
+}
+
+async fn text(c: &Client, id: &str) -> String {
+    c.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
+}
+
+/// Saves a screenshot of the current page when QUEEN_SCREENSHOTS names a directory.
+async fn screenshot(c: &Client, name: &str) {
+    if let Some(dir) = std::env::var_os("QUEEN_SCREENSHOTS") {
+        let png = c.screenshot().await.unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(std::path::Path::new(&dir).join(format!("{name}.png")), png).unwrap();
+    }
+}
+
+#[tokio::test]
+async fn figures_refresh_live_and_retry_is_a_click() {
+    let Some(driver) = start_driver().await else { return };
+    let b = TestBroker::start().await;
+    b.configure_ok("orders", json!({})).await;
+    b.configure_ok("payments", json!({"retryLimit": 0})).await;
+    b.push("orders", "eu", &[("o-1", json!({"sku": 1})), ("o-2", json!({"sku": 2}))]).await;
+    b.push("orders", "us", &[("o-3", json!({"sku": 3}))]).await;
+    b.push("emails", "Default", &[("e-1", json!({"to": "a@example.com"}))]).await;
+    b.pop_some("orders", "batch=1&consumerGroup=billing").await;
+    b.push("payments", "Default", &[("p-bad", json!({"amount": "?"}))]).await;
+    let popped = b.pop_some("payments", "batch=1").await;
+    let r = b.ack_with(&popped["messages"][0], "failed", Some("amount is not a number"), None).await;
+    assert_eq!(r["dlq"], true, "{r}");
+    let put = |key: &str, value: serde_json::Value| json!({"op": "put", "ns": "app", "key": key, "value": value, "forever": true});
+    let ops = json!({"operations": [put("feature/dark-mode", json!(true)), put("user/42", json!({"name": "Ada"}))]});
+    assert_eq!(b.post("/api/v1/kv", &ops).await.0, 200);
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::STANDARD.encode(json!({"remind": "ada"}).to_string());
+    let timer = json!({"op": "schedule", "queue": "reminders", "timerKey": "ada-1", "payload": payload,
+                       "delayMs": 3_600_000});
+    assert_eq!(b.post("/api/v1/timers", &json!({ "operations": [timer] })).await.0, 200);
+    let lock = json!({"op": "acquire", "name": "nightly-report", "ttlSeconds": 600, "owner": "worker-7"});
+    assert_eq!(b.post("/api/v1/locks", &json!({ "operations": [lock] })).await.0, 200);
+    let c = browser(&driver).await;
+
+    // Overview: the total follows a push within a refresh, without a reload.
+    c.goto(&b.url("/")).await.unwrap();
+    let before: i64 = text(&c, "ov-total").await.parse().unwrap();
+    screenshot(&c, "overview").await;
+    b.push("emails", "Default", &[("e-2", json!({"to": "b@example.com"}))]).await;
+    let mut seen = before;
+    for _ in 0..40 {
+        seen = text(&c, "ov-total").await.parse().unwrap();
+        if seen > before {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(seen, before + 1, "the live refresh shows the new message");
+
+    for (path, name) in [
+        ("/dashboard/queues", "queues"),
+        ("/dashboard/queues/orders", "queue"),
+        ("/dashboard/groups", "groups"),
+        ("/dashboard/messages", "messages"),
+        ("/dashboard/kv", "kv"),
+        ("/dashboard/kv/app", "kv-keys"),
+        ("/dashboard/timers?queue=reminders", "timers-and-locks"),
+        ("/dashboard/system", "system"),
+    ] {
+        c.goto(&b.url(path)).await.unwrap();
+        c.find(Locator::Css("main h1")).await.unwrap();
+        screenshot(&c, name).await;
+    }
+
+    // Dead letters: click Retry; the page comes back empty and the message is poppable.
+    c.goto(&b.url("/dashboard/dlq")).await.unwrap();
+    assert_eq!(text(&c, "dlq-total").await, "1");
+    screenshot(&c, "dead-letters").await;
+    c.find(Locator::Css("form[action='/dashboard/dlq/retry'] button")).await.unwrap().click().await.unwrap();
+    let mut total = String::new();
+    for _ in 0..40 {
+        if let Ok(el) = c.find(Locator::Id("dlq-total")).await {
+            total = el.text().await.unwrap_or_default();
+            if total == "0" {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(total, "0");
+    assert_eq!(b.dlq("payments").await["total"], 0);
+    let again = b.pop_some("payments", "batch=1").await;
+    assert_eq!(again["messages"][0]["transactionId"], "p-bad", "{again}");
+    c.close().await.unwrap();
+}
