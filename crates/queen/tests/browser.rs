@@ -3,7 +3,8 @@
 //! reload (htmx polling), and a dead letter is retried by clicking Retry.
 //!
 //! Skipped (with a note) when `chromedriver` is not installed; on Debian:
-//! `apt-get install chromium chromium-driver`. With `QUEEN_SCREENSHOTS=dir`
+//! `apt-get install chromium chromium-driver`. `scripts/test` installs them
+//! and sets `QUEEN_REQUIRE_BROWSER=1`, which turns the skip into a failure. With `QUEEN_SCREENSHOTS=dir`
 //! it saves PNGs of the main pages there (`docs/screenshots/` holds them).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -28,6 +29,10 @@ fn chromedriver() -> Option<std::path::PathBuf> {
 
 async fn start_driver() -> Option<Driver> {
     let Some(bin) = chromedriver() else {
+        assert!(
+            std::env::var_os("QUEEN_REQUIRE_BROWSER").is_none(),
+            "QUEEN_REQUIRE_BROWSER is set but chromedriver is not installed"
+        );
         eprintln!("skipped: chromedriver is not installed (apt-get install chromium chromium-driver)");
         return None;
     };
@@ -119,6 +124,23 @@ async fn figures_refresh_live_and_retry_is_a_click() {
     }
     assert_eq!(seen, before + 1, "the live refresh shows the new message");
 
+    // The numbers a page shows are the API's.
+    c.goto(&b.url("/dashboard/queues")).await.unwrap();
+    let (_, api) = b.get("/api/v1/resources/queues").await;
+    for q in api["queues"].as_array().unwrap() {
+        let name = q["name"].as_str().unwrap();
+        for (field, id) in [("pending", "q-pending-"), ("total", "q-total-")] {
+            assert_eq!(
+                text(&c, &format!("{id}{name}")).await,
+                q["messages"][field].to_string(),
+                "{name} {field} on the page and in the API"
+            );
+        }
+    }
+    c.goto(&b.url("/dashboard/queues/orders")).await.unwrap();
+    let (_, depth) = b.get("/api/v1/resources/queues/orders/depth").await;
+    assert_eq!(text(&c, "qd-depth").await, depth["depth"].to_string());
+
     for (path, name) in [
         ("/dashboard/queues", "queues"),
         ("/dashboard/queues/orders", "queue"),
@@ -153,5 +175,41 @@ async fn figures_refresh_live_and_retry_is_a_click() {
     assert_eq!(b.dlq("payments").await["total"], 0);
     let again = b.pop_some("payments", "batch=1").await;
     assert_eq!(again["messages"][0]["transactionId"], "p-bad", "{again}");
+    c.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn with_auth_on_the_browser_logs_in_and_a_read_only_session_has_no_buttons() {
+    let Some(driver) = start_driver().await else { return };
+    let auth = queen_server::AuthConfig::default()
+        .with_token_spec("viewer-token-0123456789:read-only")
+        .and_then(|a| a.with_token_spec("worker-token-0123456789:read-write"))
+        .unwrap();
+    let b = TestBroker::start_with(queen_server::ServerConfig { auth, ..Default::default() }).await;
+    b.engine.push(&json!([{"queue": "jobs", "payload": {"n": 1}}]).to_string()).await.unwrap();
+    let c = browser(&driver).await;
+
+    // No session: the dashboard sends the browser to the login form.
+    c.goto(&b.url("/")).await.unwrap();
+    assert!(c.current_url().await.unwrap().path().ends_with("/dashboard/login"));
+    // A wrong token is refused and the form is shown again.
+    let token = c.find(Locator::Css("input[name='token']")).await.unwrap();
+    token.send_keys("not-a-token").await.unwrap();
+    c.find(Locator::Css("form[action='/dashboard/login'] button")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Css("input[name='token']")).await.expect("the login form again");
+    assert!(c.source().await.unwrap().contains("not accepted"));
+
+    // A read-only token: pages open, and the dead-letter page has no Retry button.
+    let token = c.find(Locator::Css("input[name='token']")).await.unwrap();
+    token.send_keys("viewer-token-0123456789").await.unwrap();
+    c.find(Locator::Css("form[action='/dashboard/login'] button")).await.unwrap().click().await.unwrap();
+    c.find(Locator::Id("ov-total")).await.expect("the overview after login");
+    assert_eq!(text(&c, "ov-total").await, "1");
+    c.goto(&b.url("/dashboard/dlq")).await.unwrap();
+    c.find(Locator::Css("main h1")).await.unwrap();
+    assert!(
+        c.find_all(Locator::Css("form[action='/dashboard/dlq/retry']")).await.unwrap().is_empty(),
+        "a read-only session sees no actions"
+    );
     c.close().await.unwrap();
 }
