@@ -135,6 +135,15 @@ async fn every_page_answers_with_the_numbers_of_the_json_api() {
     assert_eq!(by_id(&page.body, "q-pending-dq"), dq["messages"]["pending"].to_string());
     assert_eq!(by_id(&page.body, "q-total-dq"), dq["messages"]["total"].to_string());
     assert_eq!(by_id(&page.body, "q-dead-dq"), "1");
+    // Lag per consumer group, as the groups API counts it.
+    let groups = json_ok(&b, "/api/v1/consumer-groups").await;
+    let dq_groups: Vec<&Value> =
+        groups.as_array().unwrap().iter().filter(|g| g["queueName"] == "dq").collect();
+    assert!(dq_groups.iter().any(|g| g["name"] == "g1"), "{groups}");
+    for g in dq_groups {
+        let name = g["name"].as_str().unwrap();
+        assert_eq!(by_id(&page.body, &format!("q-lag-dq-{name}")), g["totalLag"].to_string(), "{name}");
+    }
 
     let depth = json_ok(&b, "/api/v1/resources/queues/dq/depth").await;
     let page = get(&b, "/dashboard/queues/dq", None).await;

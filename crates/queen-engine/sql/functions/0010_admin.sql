@@ -66,9 +66,15 @@ LANGUAGE sql STABLE AS $$
            'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
            'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,
                                          'deadLetter', s.dead_letter),
-           'oldestMessageAgeSeconds', o.age) ORDER BY q.name), '[]'::json),
+           'oldestMessageAgeSeconds', o.age, 'groupLag', l.lags) ORDER BY q.name), '[]'::json),
            'nextAfter', CASE WHEN count(*) >= p_limit THEN max(q.name) END)
     FROM (SELECT * FROM queen.queues WHERE p_after IS NULL OR name > p_after ORDER BY name LIMIT p_limit) q
+    -- Lag per consumer group (queue mode included): messages not yet consumed.
+    CROSS JOIN LATERAL (SELECT coalesce(json_agg(json_build_object('group', g.grp, 'lag', g.lag) ORDER BY g.grp),
+                                        '[]'::json) AS lags
+                          FROM (SELECT c.consumer_group AS grp, sum(p.next_seq - c.next_seq) AS lag
+                                  FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
+                                 WHERE c.queue_id = q.id GROUP BY c.consumer_group) g) l
     CROSS JOIN LATERAL (SELECT count(*) AS partitions, coalesce(sum(total), 0) AS total,
                                coalesce(sum(pending), 0) AS pending, coalesce(sum(processing), 0) AS processing,
                                coalesce(sum(dead_letter), 0) AS dead_letter

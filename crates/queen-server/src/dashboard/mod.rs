@@ -429,7 +429,8 @@ async fn queues_content(app: &AppState, q: &AfterQuery) -> Page {
     Ok(html! {
         table {
             tr { th { "queue" } th { "namespace" } th { "task" } th { "partitions" } th { "pending" }
-                 th { "processing" } th { "total" } th { "dead letters" } th { "oldest message" } th { "created" } }
+                 th { "processing" } th { "total" } th { "dead letters" } th { "oldest message" }
+                 th { "lag per consumer group" } th { "created" } }
             @for q in &list {
                 @let name = at(q, "/name");
                 tr {
@@ -441,6 +442,15 @@ async fn queues_content(app: &AppState, q: &AfterQuery) -> Page {
                     td.n id={ "q-total-" (name) } { (at(q, "/messages/total")) }
                     td.n id={ "q-dead-" (name) } { (at(q, "/messages/deadLetter")) }
                     td.n { (seconds(q.get("oldestMessageAgeSeconds"))) }
+                    td {
+                        @for g in q.get("groupLag").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default() {
+                            @let group = at(g, "/group");
+                            span.lag {
+                                (if group == queen_engine::QUEUE_MODE { "(queue mode)".to_owned() } else { group.clone() })
+                                ": " span id={ "q-lag-" (name) "-" (group) } { (at(g, "/lag")) } " "
+                            }
+                        }
+                    }
                     td { (at(q, "/createdAt")) }
                 }
             }
@@ -449,7 +459,7 @@ async fn queues_content(app: &AppState, q: &AfterQuery) -> Page {
             @if after.is_some() { a href="/dashboard/queues" { "← first page" } }
             @if let Some(n) = next { a href={ "/dashboard/queues?after=" (enc(n)) } { "next →" } }
         }
-        p.muted { "Lag per consumer group: on each queue's page and under Consumer groups." }
+        p.muted { "Lag in messages; in seconds and per partition on each queue's page and under Consumer groups." }
     })
 }
 
