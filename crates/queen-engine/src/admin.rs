@@ -32,6 +32,23 @@ impl Engine {
         self.call_json("SELECT queen.resources_queues($1, $2)::text", &[&limit, &offset]).await
     }
 
+    /// A keyset page of messages, newest first, strictly before `before`
+    /// (the previous page's `nextBefore`: created_at text, partition id, seq).
+    pub async fn messages_before(
+        &self,
+        queue: Option<&str>,
+        status: Option<&str>,
+        before: Option<&[String]>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        let before: Option<Vec<String>> = before.map(<[String]>::to_vec);
+        self.call_json(
+            "SELECT queen.messages_before($1, $2, $3, $4)::text",
+            &[&queue, &status, &before, &limit],
+        )
+        .await
+    }
+
     /// A keyset page of queues by name after `after`, with their counts,
     /// dead letters and oldest unconsumed message's age; `nextAfter` continues.
     pub async fn queues_after(&self, after: Option<&str>, limit: i32) -> Result<Json, EngineError> {

@@ -218,6 +218,49 @@ BEGIN
              LIMIT p_limit OFFSET p_offset) x);
 END $$;
 
+-- The dashboard's message list: a keyset page, newest first, by
+-- (created_at, partition_id, seq) strictly before the cursor p_before (the
+-- `nextBefore` of the previous page, "created_at~partition id~seq", split
+-- by the caller; NULL for the first page), in the shape of messages_list. Status is judged
+-- per message after the keyset, as messages_list does.
+CREATE OR REPLACE FUNCTION queen.messages_before(p_queue text, p_status text, p_before text[], p_limit integer)
+RETURNS json
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  v_at timestamptz := p_before[1]::timestamptz;
+  v_pid uuid := p_before[2]::uuid;
+  v_seq bigint := p_before[3]::bigint;
+BEGIN
+  IF p_status IS NOT NULL AND p_status NOT IN ('pending', 'processing', 'completed', 'dead_letter') THEN
+    PERFORM queen.bad_request('status', 'must be one of pending, processing, completed, dead_letter');
+  END IF;
+  RETURN (
+    SELECT json_build_object(
+             'messages', coalesce(json_agg(json_build_object('id', x.id, 'transactionId', x.transaction_id,
+                 'partitionId', x.partition_id, 'queuePath', x.qname || '/' || x.pname, 'queue', x.qname,
+                 'partition', x.pname, 'status', x.status, 'traceId', x.trace_id,
+                 'producerSub', x.producer_sub, 'createdAt', queen.iso(x.created_at))
+                 ORDER BY x.created_at DESC, x.partition_id DESC, x.seq DESC), '[]'::json),
+             'nextBefore', CASE WHEN count(*) >= p_limit THEN
+                 (array_agg(x.created_at::text || '~' || x.partition_id::text || '~' || x.seq::text
+                            ORDER BY x.created_at, x.partition_id, x.seq))[1] END)
+      FROM (SELECT m.id, m.transaction_id, m.partition_id, m.seq, m.trace_id, m.producer_sub, m.created_at,
+                   q.name AS qname, p.name AS pname,
+                   CASE WHEN d.id IS NOT NULL THEN 'dead_letter' ELSE queen.message_status(c, m.seq) END AS status
+              FROM queen.messages m
+              JOIN queen.partitions p ON p.id = m.partition_id
+              JOIN queen.queues q ON q.id = p.queue_id
+              LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+              LEFT JOIN LATERAL (SELECT dl.id FROM queen.dead_letters dl
+                                  WHERE dl.partition_id = m.partition_id AND dl.seq = m.seq LIMIT 1) d ON true
+             WHERE (p_queue IS NULL OR q.name = p_queue)
+               AND (v_at IS NULL OR (m.created_at, m.partition_id, m.seq) < (v_at, v_pid, v_seq))
+               AND (p_status IS NULL OR p_status = CASE WHEN d.id IS NOT NULL THEN 'dead_letter'
+                                                        ELSE queen.message_status(c, m.seq) END)
+             ORDER BY m.created_at DESC, m.partition_id DESC, m.seq DESC
+             LIMIT p_limit) x);
+END $$;
+
 -- The dashboard's search by transaction id: the messages that carry it on
 -- any partition (one probe of messages_transaction_idx per partition), newest
 -- first, in the shape of messages_list.

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use crate::auth::Role;
 use crate::{ApiError, AppState};
 use session::{NoSession, Session};
-use view::{at, card, enc, fields, pager, seconds, show};
+use view::{at, card, enc, fields, seconds, show};
 
 /// Rows per page of every list.
 const PAGE: i64 = 50;
@@ -384,22 +384,15 @@ async fn overview_content(app: &AppState, before: &Traffic) -> Result<(Markup, T
 
 #[derive(Deserialize, Default)]
 struct Paging {
-    page: Option<i64>,
     queue: Option<String>,
     status: Option<String>,
     #[serde(rename = "transactionId")]
     transaction_id: Option<String>,
+    /// The messages page's keyset cursor (created_at~partition id~seq).
+    before: Option<String>,
 }
 
 impl Paging {
-    fn page(&self) -> i64 {
-        self.page.unwrap_or(0).clamp(0, i64::from(i32::MAX) / PAGE)
-    }
-
-    fn offset(&self) -> i32 {
-        i32::try_from(self.page() * PAGE).unwrap_or(i32::MAX)
-    }
-
     fn filter(v: &Option<String>) -> Option<&str> {
         v.as_deref().map(str::trim).filter(|s| !s.is_empty())
     }
@@ -628,8 +621,19 @@ async fn messages_content(app: &AppState, p: &Paging) -> Page {
     let tx = Paging::filter(&p.transaction_id);
     let v = match tx {
         Some(tx) => read(app.engine.messages_by_transaction(tx, PAGE as i32)).await?,
-        None => read(app.engine.messages(queue, None, status, PAGE as i32, p.offset())).await?,
+        None => {
+            let before = p
+                .before
+                .as_deref()
+                .filter(|b| !b.is_empty())
+                .map(|b| b.splitn(3, '~').map(str::to_owned).collect::<Vec<String>>());
+            if before.as_ref().is_some_and(|b| b.len() != 3) {
+                return Err(bad_cursor());
+            }
+            read(app.engine.messages_before(queue, status, before.as_deref(), PAGE as i32)).await?
+        }
     };
+    let next = v.get("nextBefore").and_then(Value::as_str).map(str::to_owned);
     let list = v.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
     Ok(html! {
         form method="get" action="/dashboard/messages" {
@@ -658,7 +662,15 @@ async fn messages_content(app: &AppState, p: &Paging) -> Page {
             }
         }
         @if tx.is_none() {
-            (pager(&format!("/dashboard/messages{}", filter_query(p)), p.page(), PAGE, None, list.len()))
+            p.pager {
+                @if p.before.as_deref().is_some_and(|b| !b.is_empty()) {
+                    a href={ "/dashboard/messages" (filter_query(p)) } { "← newest" }
+                }
+                @if let Some(n) = &next {
+                    // filter_query ends in `?` or `&`.
+                    a href={ "/dashboard/messages" (filter_query(p)) "before=" (enc(n)) } { "older →" }
+                }
+            }
         }
     })
 }
@@ -671,6 +683,11 @@ async fn message(
     let s = session_or_login!(app, headers);
     let content = message_content(&app, &s, &pid, &tx).await;
     finish(&headers, &s, "Message", None, content)
+}
+
+fn bad_cursor() -> Response {
+    (StatusCode::BAD_REQUEST, view::message_page("Bad request", "the page cursor is not one this page made"))
+        .into_response()
 }
 
 fn bad_id() -> Response {

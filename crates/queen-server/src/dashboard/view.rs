@@ -127,22 +127,6 @@ pub(crate) fn fields(v: &Value) -> Markup {
     }
 }
 
-/// Previous / next links of an offset page; `base` already ends in `?` or `&`.
-pub(crate) fn pager(base: &str, page: i64, page_size: i64, total: Option<i64>, shown: usize) -> Markup {
-    let has_next = match total {
-        Some(t) => (page + 1) * page_size < t,
-        None => shown as i64 >= page_size,
-    };
-    html! {
-        p.pager {
-            @if page > 0 { a href={ (base) "page=" (page - 1) } { "← previous" } }
-            span.muted { "page " (page + 1) @if let Some(t) = total { " · " (t) " in all" } }
-            " "
-            @if has_next { a href={ (base) "page=" (page + 1) } { "next →" } }
-        }
-    }
-}
-
 /// Percent-encodes a path segment or query value.
 pub(crate) fn enc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
