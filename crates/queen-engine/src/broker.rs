@@ -407,8 +407,12 @@ impl Engine {
         crate::brokers::traffic_hour(&self.pool).await
     }
 
-    /// Leaves the broker registry (a graceful stop; best effort).
+    /// Leaves the broker registry (a graceful stop; best effort), after
+    /// writing the traffic counted since the last heartbeat.
     pub async fn leave_registry(&self) {
+        if let Err(e) = self.flush_traffic().await {
+            tracing::debug!(error = %e, "cannot write the broker's last traffic");
+        }
         if let Err(e) = crate::brokers::leave(&self.pool, &self.identity).await {
             tracing::debug!(error = %e, "cannot leave the broker registry");
         }
