@@ -150,10 +150,13 @@ impl Engine {
         if items.is_empty() {
             return Ok(Json("[]".into()));
         }
-        match self.ack_batcher() {
-            Some(batcher) if items.len() <= BATCH_AT_MOST_ITEMS => batcher.call(items).await,
+        let n = items.len();
+        let answer = match self.ack_batcher() {
+            Some(batcher) if n <= BATCH_AT_MOST_ITEMS => batcher.call(items).await,
             _ => crate::batch::ack_call(self.pool(), &items).await,
-        }
+        }?;
+        self.traffic_ref().acked(n);
+        Ok(answer)
     }
 }
 

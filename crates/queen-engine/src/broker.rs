@@ -180,6 +180,7 @@ pub struct Engine {
     sealed_queues: SealedQueues,
     ephemeral: Arc<Ephemeral>,
     identity: Arc<crate::brokers::Identity>,
+    traffic: Arc<crate::brokers::Traffic>,
 }
 
 impl Engine {
@@ -245,10 +246,12 @@ impl Engine {
             started: std::time::SystemTime::now(),
             started_instant: std::time::Instant::now(),
         });
+        let traffic = Arc::new(crate::brokers::Traffic::default());
         tokio::spawn(crate::brokers::run_registry(
             pool.clone(),
             waiters.clone(),
             identity.clone(),
+            traffic.clone(),
             shutdown.subscribe(),
         ));
         let batch_stats = Arc::new(BatchStats::default());
@@ -278,6 +281,7 @@ impl Engine {
             sealed_queues: SealedQueues::default(),
             ephemeral,
             identity,
+            traffic,
         })
     }
 
@@ -380,8 +384,35 @@ impl Engine {
         crate::brokers::list(&self.pool).await
     }
 
-    /// Leaves the broker registry (a graceful stop; best effort).
+    /// This engine's traffic counters (messages pushed, pops that
+    /// delivered, messages acked since it started).
+    pub fn traffic(&self) -> crate::brokers::TrafficTotals {
+        self.traffic.totals()
+    }
+
+    pub(crate) fn traffic_ref(&self) -> &crate::brokers::Traffic {
+        &self.traffic
+    }
+
+    /// Writes the traffic counted since the last heartbeat to
+    /// `queen.broker_minutes` now (the heartbeat does it every 5 s).
+    pub async fn flush_traffic(&self) -> Result<(), EngineError> {
+        crate::brokers::flush_traffic(&self.pool, &self.identity, &self.traffic).await
+    }
+
+    /// The last 60 minutes of traffic (oldest first, the current minute
+    /// last), each minute summed over every broker on the database; the
+    /// current broker's last 5 s are not in it until its next heartbeat.
+    pub async fn traffic_hour(&self) -> Result<Vec<crate::brokers::TrafficMinute>, EngineError> {
+        crate::brokers::traffic_hour(&self.pool).await
+    }
+
+    /// Leaves the broker registry (a graceful stop; best effort), after
+    /// writing the traffic counted since the last heartbeat.
     pub async fn leave_registry(&self) {
+        if let Err(e) = self.flush_traffic().await {
+            tracing::debug!(error = %e, "cannot write the broker's last traffic");
+        }
         if let Err(e) = crate::brokers::leave(&self.pool, &self.identity).await {
             tracing::debug!(error = %e, "cannot leave the broker registry");
         }
@@ -467,7 +498,7 @@ impl Engine {
                 )
             };
         let key_id = self.encryption_key().map(EncryptionKey::id);
-        Ok(self
+        let answer = self
             .call(
                 sql,
                 &[
@@ -484,7 +515,11 @@ impl Engine {
                 ],
             )
             .await?
-            .map(Json))
+            .map(Json);
+        if answer.is_some() {
+            self.traffic_ref().popped();
+        }
+        Ok(answer)
     }
 
     /// Long poll: pops until a message is delivered, `timeout` passes, or the

@@ -4,6 +4,7 @@
 //! the database. Advisory: a broker that stops beating is forgotten after
 //! [`STALE_AFTER_SECONDS`]; nothing correct depends on the table.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -34,6 +35,121 @@ fn hostname() -> String {
         .filter(|h| !h.is_empty())
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// This engine's traffic counters since it started: messages pushed, pops
+/// that delivered, messages acked. Counted after success, with relaxed
+/// atomics (hot paths); the heartbeat adds their growth to
+/// `queen.broker_minutes`.
+#[derive(Default)]
+pub struct Traffic {
+    pushed: AtomicU64,
+    popped: AtomicU64,
+    acked: AtomicU64,
+    /// The totals already written to `queen.broker_minutes`; held across
+    /// the write, so two flushes never write the same growth twice.
+    written: tokio::sync::Mutex<TrafficTotals>,
+}
+
+/// A reading of the [`Traffic`] counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TrafficTotals {
+    /// Messages pushed (items of accepted push calls and bundles).
+    pub pushed: u64,
+    /// Pop answers that delivered messages.
+    pub popped: u64,
+    /// Messages acked (items of accepted ack calls and bundles).
+    pub acked: u64,
+}
+
+impl TrafficTotals {
+    /// The growth from `written` to `self`: what a heartbeat still has to
+    /// write. A failed write leaves `written` alone, so its growth is
+    /// carried into the next one.
+    pub fn since(self, written: TrafficTotals) -> TrafficTotals {
+        TrafficTotals {
+            pushed: self.pushed.wrapping_sub(written.pushed),
+            popped: self.popped.wrapping_sub(written.popped),
+            acked: self.acked.wrapping_sub(written.acked),
+        }
+    }
+
+    /// `self` plus a written growth.
+    pub fn plus(self, d: TrafficTotals) -> TrafficTotals {
+        TrafficTotals {
+            pushed: self.pushed.wrapping_add(d.pushed),
+            popped: self.popped.wrapping_add(d.popped),
+            acked: self.acked.wrapping_add(d.acked),
+        }
+    }
+}
+
+impl Traffic {
+    pub(crate) fn pushed(&self, n: usize) {
+        self.pushed.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn popped(&self) {
+        self.popped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn acked(&self, n: usize) {
+        self.acked.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn totals(&self) -> TrafficTotals {
+        TrafficTotals {
+            pushed: self.pushed.load(Ordering::Relaxed),
+            popped: self.popped.load(Ordering::Relaxed),
+            acked: self.acked.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Adds the traffic not yet written to this minute's row of this broker
+/// (and deletes the rows older than two hours). Only a successful write
+/// moves the written mark.
+pub(crate) async fn flush_traffic(pool: &Pool, me: &Identity, traffic: &Traffic) -> Result<(), EngineError> {
+    let mut written = traffic.written.lock().await;
+    let now = traffic.totals();
+    let d = now.since(*written);
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/broker_minutes.sql")).await?;
+    let as_i64 = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    client.execute(&stmt, &[&me.id, &as_i64(d.pushed), &as_i64(d.popped), &as_i64(d.acked)]).await?;
+    *written = written.plus(d);
+    Ok(())
+}
+
+/// One minute of traffic summed over every broker on the database.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TrafficMinute {
+    /// The minute's start (UTC, ISO 8601).
+    pub minute: String,
+    /// Messages pushed.
+    pub pushed: i64,
+    /// Pop answers that delivered.
+    pub popped: i64,
+    /// Messages acked.
+    pub acked: i64,
+}
+
+/// The last 60 minutes, oldest first (the current minute last).
+pub(crate) async fn traffic_hour(pool: &Pool) -> Result<Vec<TrafficMinute>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/traffic_hour.sql")).await?;
+    let rows = client.query(&stmt, &[]).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TrafficMinute {
+                minute: r.try_get(0)?,
+                pushed: r.try_get(1)?,
+                popped: r.try_get(2)?,
+                acked: r.try_get(3)?,
+            })
+        })
+        .collect()
 }
 
 /// Who this broker is, fixed at start.
@@ -82,11 +198,15 @@ pub(crate) async fn run_registry(
     pool: Pool,
     waiters: Arc<Waiters>,
     me: Arc<Identity>,
+    traffic: Arc<Traffic>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
         if let Err(e) = beat(&pool, &waiters, &me).await {
             tracing::debug!(error = %e, "broker heartbeat failed");
+        }
+        if let Err(e) = flush_traffic(&pool, &me, &traffic).await {
+            tracing::debug!(error = %e, "writing the broker's traffic failed (carried to the next beat)");
         }
         tokio::select! {
             _ = tokio::time::sleep(BEAT_EVERY) => {}
@@ -109,4 +229,29 @@ pub(crate) async fn list(pool: &Pool) -> Result<Json, EngineError> {
     let stmt = client.prepare_cached(include_str!("../sql/statements/brokers.sql")).await?;
     let row = client.query_one(&stmt, &[&STALE_AFTER_SECONDS]).await?;
     Ok(Json(row.try_get(0)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_not_written_is_carried_to_the_next_beat() {
+        let t = Traffic::default();
+        t.pushed(5);
+        t.popped();
+        t.acked(3);
+        let mut written = TrafficTotals::default();
+        // The first beat fails: nothing is marked written.
+        let first = t.totals().since(written);
+        assert_eq!(first, TrafficTotals { pushed: 5, popped: 1, acked: 3 });
+        t.pushed(2);
+        // The next beat writes both beats' growth, then only what came after.
+        let second = t.totals().since(written);
+        assert_eq!(second, TrafficTotals { pushed: 7, popped: 1, acked: 3 });
+        written = written.plus(second);
+        t.acked(1);
+        assert_eq!(t.totals().since(written), TrafficTotals { pushed: 0, popped: 0, acked: 1 });
+        assert_eq!(written.plus(t.totals().since(written)), t.totals());
+    }
 }

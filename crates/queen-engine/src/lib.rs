@@ -41,7 +41,9 @@ pub use ack::{decode_ack_items, AckItem};
 pub use admin::QueueDepth;
 pub use batch::{BatchKind, BatchSizes, BATCH_SIZE_BOUNDS};
 pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
-pub use brokers::{process_rss_bytes, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS};
+pub use brokers::{
+    process_rss_bytes, TrafficMinute, TrafficTotals, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS,
+};
 pub use config::DbConfig;
 pub use ephemeral::{EphemeralConfig, EphemeralPop, BROKER_BYTES as EPHEMERAL_BROKER_BYTES};
 pub use error::EngineError;

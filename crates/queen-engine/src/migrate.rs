@@ -65,6 +65,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0014_brokers.sql",
         sql: include_str!("../sql/migrations/0014_brokers.sql"),
     },
+    Migration {
+        version: 15,
+        name: "0015_broker_minutes.sql",
+        sql: include_str!("../sql/migrations/0015_broker_minutes.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -158,14 +158,16 @@ impl Engine {
         if items.is_empty() {
             return Ok(Json("[]".into()));
         }
-        match self.push_sealed(&items).await {
+        let answer = match self.push_sealed(&items).await {
             // A queue's encryption flag changed under our hint: learn it, seal again.
             Err(EngineError::EncryptionChanged(queues)) => {
                 self.refresh_sealed(&queues).await?;
                 self.push_sealed(&items).await
             }
             other => other,
-        }
+        }?;
+        self.traffic_ref().pushed(items.len());
+        Ok(answer)
     }
 
     async fn push_sealed(&self, items: &[PushItem]) -> Result<Json, EngineError> {

@@ -222,6 +222,8 @@ impl Engine {
         if !bundle.timers.is_empty() {
             self.timer_stats_ref().wake.notify_one();
         }
+        self.traffic_ref().pushed(bundle.pushes.len());
+        self.traffic_ref().acked(bundle.acks.len());
         Ok(answer)
     }
 }

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use crate::auth::Role;
 use crate::{ApiError, AppState};
 use session::{NoSession, Session};
-use view::{at, card, enc, fields, seconds, show};
+use view::{at, card, enc, fields, minute_chart, seconds, show};
 
 /// Rows per page of every list.
 const PAGE: i64 = 50;
@@ -326,6 +326,10 @@ async fn overview(
 async fn overview_content(app: &AppState, before: &Traffic) -> Result<(Markup, Traffic), Response> {
     let o = read(app.engine.resources_overview()).await?;
     let m = read(app.engine.maintenance()).await?;
+    let hour = app.engine.traffic_hour().await.map_err(failure)?;
+    let series = |pick: fn(&queen_engine::TrafficMinute) -> i64| -> Vec<(String, i64)> {
+        hour.iter().map(|m| (m.minute.clone(), pick(m))).collect()
+    };
     let (size, idle, max) = app.engine.pool_status();
     let now = Traffic::now(o.pointer("/messages/deadLetter").and_then(Value::as_f64).unwrap_or(0.0));
     let mut verdicts = crate::metrics::counters("queen_kv_verdicts_total");
@@ -341,6 +345,12 @@ async fn overview_content(app: &AppState, before: &Traffic) -> Result<(Markup, T
             (card("ack requests/s", now.rate(before, |t| t.ack, 1.0, false), "ov-ackRate"))
             (card("5xx answers/s", now.rate(before, |t| t.err, 1.0, false), "ov-errorRate"))
             (card("dead letters/min (net, all brokers)", now.rate(before, |t| t.dead, 60.0, true), "ov-deadRate"))
+        }
+        h2 { "Traffic of every broker" span.muted { " (per minute, last 60 min; each broker writes its figures every 5 s)" } }
+        div.charts {
+            (minute_chart("messages pushed", "ov-hour-pushed", "#4a6fd1", &series(|m| m.pushed)))
+            (minute_chart("pops that delivered", "ov-hour-popped", "#2f9e6b", &series(|m| m.popped)))
+            (minute_chart("messages acked", "ov-hour-acked", "#c27c1b", &series(|m| m.acked)))
         }
         h2 { "Messages" }
         div.cards {

@@ -23,6 +23,9 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .card .v{font-size:1.5rem;font-weight:600}.card .k{font-size:.8rem;color:#667}
 form.inline{display:inline}button{cursor:pointer}pre{background:#fff;border:1px solid #dde;padding:.6rem;overflow:auto;max-width:60rem}
 .pager a{margin-right:1rem}.muted{color:#778}.err{color:#a40000}
+.charts{display:flex;flex-wrap:wrap;gap:.8rem}.chart{background:#fff;border:1px solid #dde;border-radius:6px;padding:.5rem .8rem}
+.chart .k{font-size:.85rem;color:#445}.chart .v{font-weight:600}.chart svg{display:block;margin-top:.3rem}
+.chart text{font-size:10px;fill:#778}
 ";
 
 /// The whole page: header, navigation, `content`; when `live` is set,
@@ -112,6 +115,48 @@ pub(crate) fn seconds(v: Option<&Value>) -> String {
 /// A figure in a card.
 pub(crate) fn card(label: &str, value: String, id: &str) -> Markup {
     html! { div.card { div.v #(id) { (value) } div.k { (label) } } }
+}
+
+/// Plot size of a chart (SVG user units): one bar per minute.
+const CHART_W: i64 = 360;
+const CHART_H: i64 = 80;
+/// Room above the plot for the maximum's label, and under it for the time axis.
+const LABEL_H: i64 = 14;
+
+/// A bar chart of one series per minute (oldest first), as inline SVG:
+/// bars scaled to the series' maximum (a dashed line with its value above
+/// the plot), the time span under it, each bar's minute and value as its
+/// tooltip. `id` names the element with the series' sum (`{id}-total`) and
+/// the SVG (`{id}-chart`).
+pub(crate) fn minute_chart(label: &str, id: &str, color: &str, minutes: &[(String, i64)]) -> Markup {
+    let total: i64 = minutes.iter().map(|(_, v)| *v).sum();
+    let max = minutes.iter().map(|(_, v)| *v).max().unwrap_or(0).max(0);
+    let n = i64::try_from(minutes.len()).unwrap_or(1).max(1);
+    let step = CHART_W / n;
+    let height =
+        |v: i64| if max == 0 { 0 } else { (v.max(0).saturating_mul(CHART_H).saturating_add(max - 1)) / max };
+    let base = LABEL_H + CHART_H;
+    html! {
+        div.chart {
+            div.k { (label) ": " span.v #{ (id) "-total" } { (total) } " in the last hour" }
+            svg #{ (id) "-chart" } width=(CHART_W) height=(base + LABEL_H)
+                viewBox={ "0 0 " (CHART_W) " " (base + LABEL_H) } role="img"
+                aria-label={ (label) " per minute, last 60 minutes" } {
+                line x1="0" y1=(LABEL_H) x2=(CHART_W) y2=(LABEL_H) stroke="#ccd" stroke-dasharray="3 3" {}
+                line x1="0" y1=(base) x2=(CHART_W) y2=(base) stroke="#bbc" {}
+                @for (i, (minute, v)) in minutes.iter().enumerate() {
+                    @let h = height(*v);
+                    @let x = i64::try_from(i).unwrap_or(0) * step;
+                    rect x=(x) y=(base - h) width=((step - 1).max(1)) height=(h) fill=(color) {
+                        title { (minute.get(11..16).unwrap_or(minute)) " UTC: " (v) }
+                    }
+                }
+                text x="0" y=(LABEL_H - 4) { "max " (max) "/min" }
+                text x="0" y=(base + LABEL_H - 2) { "last 60 min" }
+                text x=(CHART_W) y=(base + LABEL_H - 2) text-anchor="end" { "now" }
+            }
+        }
+    }
 }
 
 /// Every scalar field of a JSON object as a two-column table.
