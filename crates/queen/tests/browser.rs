@@ -107,6 +107,8 @@ async fn figures_refresh_live_and_retry_is_a_click() {
     assert_eq!(b.post("/api/v1/timers", &json!({ "operations": [timer] })).await.0, 200);
     let lock = json!({"op": "acquire", "name": "nightly-report", "ttlSeconds": 600, "owner": "worker-7"});
     assert_eq!(b.post("/api/v1/locks", &json!({ "operations": [lock] })).await.0, 200);
+    // The minute charts read what the registry heartbeat wrote: write it now.
+    b.engine.flush_traffic().await.unwrap();
     let c = browser(&driver).await;
 
     // Overview: the total follows a push within a refresh, without a reload.
