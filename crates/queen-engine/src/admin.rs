@@ -55,6 +55,25 @@ impl Engine {
         self.call_json("SELECT queen.queues_page($1, $2)::text", &[&after, &limit]).await
     }
 
+    /// One queue's summary as a row of [`Engine::queues_after`] (counts, dead
+    /// letters, oldest message, lag per group, options), without its
+    /// partitions; `queues` is empty when there is no such queue.
+    pub async fn queue_summary(&self, queue: &str) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.queues_page(NULL, 1, $1)::text", &[&queue]).await
+    }
+
+    /// A keyset page of one queue's partitions by name after `after`, with
+    /// their counts and each consumer group's lag and lease holder on them.
+    pub async fn queue_partitions_page(
+        &self,
+        queue: &str,
+        after: Option<&str>,
+        limit: i32,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.queue_partitions_page($1, $2, $3)::text", &[&queue, &after, &limit])
+            .await
+    }
+
     /// One queue with its partitions (404 when missing).
     pub async fn resources_queue(&self, queue: &str) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.resources_queue($1)::text", &[&queue]).await

@@ -622,3 +622,29 @@ async fn messages_are_paged_by_keyset_newest_first() {
     let bad = get(&b, "/dashboard/messages?before=yesterday", None).await;
     assert_eq!(bad.status, 400);
 }
+
+#[tokio::test]
+async fn a_queue_page_pages_its_partitions_with_each_groups_lag_and_lease_holder() {
+    let b = TestBroker::start().await;
+    let items: Vec<Value> = (0..51)
+        .map(|i| json!({"queue": "wide", "partition": format!("p{i:02}"), "transactionId": format!("t{i}"), "payload": {}}))
+        .collect();
+    b.push_items(json!(items)).await;
+    // A consumer group leases p00; queue mode consumes nothing.
+    let held = b.pop_partition("wide", "p00", "batch=1&consumerGroup=billing").await;
+    assert_eq!(held.0, 200, "{}", held.1);
+    let first = get(&b, "/dashboard/queues/wide", None).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(first.body.matches("id=\"qp-pending-").count(), 50, "one page of partitions");
+    assert_eq!(by_id(&first.body, "qd-partitions"), "51");
+    assert_eq!(by_id(&first.body, "qd-depth"), "51");
+    assert_eq!(by_id(&first.body, "qp-lag-p00-billing"), "1");
+    assert!(first.body.contains(held.1["leaseId"].as_str().unwrap()), "the lease holder is shown");
+    let groups = json_ok(&b, "/api/v1/consumer-groups").await;
+    let billing = groups.as_array().unwrap().iter().find(|g| g["name"] == "billing").unwrap();
+    assert_eq!(by_id(&first.body, "qd-lag-billing"), billing["totalLag"].to_string());
+    let second = get(&b, "/dashboard/queues/wide?after=p49", None).await;
+    assert_eq!(second.body.matches("id=\"qp-pending-").count(), 1, "{}", second.body);
+    assert!(second.body.contains("id=\"qp-pending-p50\""));
+    assert!(first.body.contains("/dashboard/queues/wide?after=p49"), "a next link");
+}

@@ -59,16 +59,21 @@ $$;
 -- page's p_after, null on the last), with the counts of resources_queues,
 -- the dead letters, and the age of the oldest message queue mode has not
 -- consumed (one index probe per partition).
-CREATE OR REPLACE FUNCTION queen.queues_page(p_after text, p_limit integer) RETURNS json
+-- p_only: just that queue (the dashboard's queue page), without its partitions.
+DROP FUNCTION IF EXISTS queen.queues_page(text, integer);
+CREATE OR REPLACE FUNCTION queen.queues_page(p_after text, p_limit integer, p_only text DEFAULT NULL) RETURNS json
 LANGUAGE sql STABLE AS $$
   SELECT json_build_object('queues', coalesce(json_agg(json_build_object(
            'name', q.name, 'namespace', q.namespace, 'task', q.task,
            'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
            'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,
                                          'deadLetter', s.dead_letter),
-           'oldestMessageAgeSeconds', o.age, 'groupLag', l.lags) ORDER BY q.name), '[]'::json),
+           'oldestMessageAgeSeconds', o.age, 'groupLag', l.lags, 'options', queen.queue_options(q))
+           ORDER BY q.name), '[]'::json),
            'nextAfter', CASE WHEN count(*) >= p_limit THEN max(q.name) END)
-    FROM (SELECT * FROM queen.queues WHERE p_after IS NULL OR name > p_after ORDER BY name LIMIT p_limit) q
+    FROM (SELECT * FROM queen.queues
+           WHERE (p_after IS NULL OR name > p_after) AND (p_only IS NULL OR name = p_only)
+           ORDER BY name LIMIT p_limit) q
     -- Lag per consumer group (queue mode included): messages not yet consumed.
     CROSS JOIN LATERAL (SELECT coalesce(json_agg(json_build_object('group', g.grp, 'lag', g.lag) ORDER BY g.grp),
                                         '[]'::json) AS lags
@@ -86,6 +91,36 @@ LANGUAGE sql STABLE AS $$
                                                WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
                                                ORDER BY m.seq LIMIT 1) h
                          WHERE p.queue_id = q.id) o
+$$;
+
+-- The dashboard's queue page: a keyset page of the queue's partitions by
+-- name after p_after, each with its counts (as partition_stats counts them)
+-- and every consumer group's cursor on it: lag, and the lease holder.
+CREATE OR REPLACE FUNCTION queen.queue_partitions_page(p_queue text, p_after text, p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'partitions', coalesce(json_agg(json_build_object(
+               'id', p.id, 'name', p.name, 'lastPushAt', queen.iso(p.last_push_at),
+               'stats', json_build_object('pending', b.pending, 'processing', b.processing,
+                                          'completed', coalesce(qm.next_seq, 0),
+                                          'deadLetter', (SELECT count(*) FROM queen.dead_letters d
+                                                          WHERE d.partition_id = p.id)),
+               'groups', g.groups) ORDER BY p.name), '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(p.name) END)
+    FROM (SELECT p.* FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+           WHERE q.name = p_queue AND (p_after IS NULL OR p.name > p_after)
+           ORDER BY p.name LIMIT p_limit) p
+    LEFT JOIN queen.cursors qm ON qm.partition_id = p.id AND qm.consumer_group = '__QUEUE_MODE__'
+    CROSS JOIN LATERAL (
+      SELECT count(*) FILTER (WHERE coalesce(qm.lease_expires_at > now(), false) AND m.seq < qm.batch_end) AS processing,
+             count(*) FILTER (WHERE NOT (coalesce(qm.lease_expires_at > now(), false) AND m.seq < qm.batch_end)) AS pending
+        FROM queen.messages m
+       WHERE m.partition_id = p.id AND m.seq >= coalesce(qm.next_seq, 0)) b
+    CROSS JOIN LATERAL (
+      SELECT coalesce(json_agg(json_build_object('group', c.consumer_group, 'lag', p.next_seq - c.next_seq,
+                 'workerId', CASE WHEN c.lease_expires_at > now() THEN c.lease_id END)
+               ORDER BY c.consumer_group), '[]'::json) AS groups
+        FROM queen.cursors c WHERE c.partition_id = p.id) g
 $$;
 
 CREATE OR REPLACE FUNCTION queen.resources_queue(p_name text) RETURNS json

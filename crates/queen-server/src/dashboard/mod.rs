@@ -471,63 +471,86 @@ async fn queue(
     headers: HeaderMap,
     uri: Uri,
     Path(name): Path<String>,
+    Query(q): Query<AfterQuery>,
 ) -> Response {
     let s = session_or_login!(app, headers);
-    let content = queue_content(&app, &name).await;
+    let content = queue_content(&app, &name, &q).await;
     finish(&headers, &s, &format!("Queue {name}"), Some(&uri), content)
 }
 
-async fn queue_content(app: &AppState, name: &str) -> Page {
-    let q = read(app.engine.resources_queue(name)).await?;
-    let depth = read(app.engine.resources_queue_depth(name, None)).await?;
-    let page = read(app.engine.consumer_groups_page(Some(name), None, PAGE as i32)).await?;
-    let more = page.get("nextAfter").is_some_and(|n| !n.is_null());
-    let groups: Vec<&Value> = page.get("groups").and_then(Value::as_array).into_iter().flatten().collect();
-    let partitions = q.get("partitions").and_then(Value::as_array).cloned().unwrap_or_default();
+/// One queue: its summary (no partition list behind it), a keyset page of
+/// its partitions with every group's lag and lease holder on each, and its
+/// options. Nothing here grows with the number of partitions but the counts.
+async fn queue_content(app: &AppState, name: &str, after: &AfterQuery) -> Page {
+    let summary = read(app.engine.queue_summary(name)).await?;
+    let Some(q) = summary.get("queues").and_then(Value::as_array).and_then(|q| q.first()).cloned() else {
+        return Err((StatusCode::NOT_FOUND, view::message_page("Not found", "no such queue")).into_response());
+    };
+    let after = Paging::filter(&after.after);
+    let page = read(app.engine.queue_partitions_page(name, after, PAGE as i32)).await?;
+    let partitions = page.get("partitions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let next = page.get("nextAfter").and_then(Value::as_str);
+    let depth = q.pointer("/messages/pending").and_then(Value::as_i64).unwrap_or(0)
+        + q.pointer("/messages/processing").and_then(Value::as_i64).unwrap_or(0);
+    let base = format!("/dashboard/queues/{}", enc(name));
     Ok(html! {
         div.cards {
-            (card("depth", at(&depth, "/depth"), "qd-depth"))
-            (card("oldest message age", seconds(depth.get("oldestMessageAgeSeconds")), "qd-oldest"))
-            (card("dead letters", at(&depth, "/deadLetters"), "qd-deadLetters"))
-            (card("pending", at(&q, "/totals/pending"), "qd-pending"))
-            (card("processing", at(&q, "/totals/processing"), "qd-processing"))
-            (card("completed", at(&q, "/totals/completed"), "qd-completed"))
+            (card("depth", depth.to_string(), "qd-depth"))
+            (card("oldest message age", seconds(q.get("oldestMessageAgeSeconds")), "qd-oldest"))
+            (card("dead letters", at(&q, "/messages/deadLetter"), "qd-deadLetters"))
+            (card("pending", at(&q, "/messages/pending"), "qd-pending"))
+            (card("processing", at(&q, "/messages/processing"), "qd-processing"))
+            (card("partitions", at(&q, "/partitions"), "qd-partitions"))
+        }
+        h2 { "Lag per consumer group" }
+        table {
+            tr { th { "group" } th { "lag (messages)" } }
+            @for g in q.get("groupLag").and_then(Value::as_array).into_iter().flatten() {
+                @let group = at(g, "/group");
+                tr {
+                    td { a href={ "/dashboard/groups?queue=" (enc(name)) } {
+                        (if group == queen_engine::QUEUE_MODE { "(queue mode)".to_owned() } else { group.clone() }) } }
+                    td.n id={ "qd-lag-" (group) } { (at(g, "/lag")) }
+                }
+            }
         }
         h2 { "Partitions" }
         table {
             tr { th { "partition" } th { "pending" } th { "processing" } th { "completed" } th { "dead letters" }
-                 th { "last push" } }
+                 th { "last push" } th { "groups: lag, lease holder" } }
             @for p in &partitions {
+                @let pname = at(p, "/name");
                 tr {
-                    td { (at(p, "/name")) }
-                    td.n { (at(p, "/stats/pending")) } td.n { (at(p, "/stats/processing")) }
+                    td { (pname) }
+                    td.n id={ "qp-pending-" (pname) } { (at(p, "/stats/pending")) }
+                    td.n { (at(p, "/stats/processing")) }
                     td.n { (at(p, "/stats/completed")) } td.n { (at(p, "/stats/deadLetter")) }
                     td { (at(p, "/lastPushAt")) }
-                }
-            }
-        }
-        h2 { "Consumer groups and lease holders" }
-        @if groups.is_empty() { p.muted { "No consumer group has read this queue." } }
-        @if more { p { a href={ "/dashboard/groups?queue=" (enc(name)) } { "More groups of this queue →" } } }
-        @for g in &groups {
-            h3 { (at(g, "/name")) " " span.muted { "lag " (at(g, "/totalLag")) " messages, "
-                 (seconds(g.get("maxTimeLag"))) } }
-            table {
-                tr { th { "partition" } th { "offset" } th { "lag (messages)" } th { "lag (seconds)" }
-                     th { "leased" } th { "lease id" } th { "last consumed" } }
-                @for p in g.get("partitions").and_then(Value::as_array).into_iter().flatten() {
-                    tr {
-                        td { (at(p, "/partition")) } td.n { (at(p, "/offset")) } td.n { (at(p, "/offsetLag")) }
-                        td.n { (seconds(p.get("timeLagSeconds"))) } td { (at(p, "/leaseActive")) }
-                        td { (at(p, "/workerId")) } td { (at(p, "/lastConsumedAt")) }
+                    td {
+                        @for g in p.get("groups").and_then(Value::as_array).into_iter().flatten() {
+                            @let group = at(g, "/group");
+                            span.lag {
+                                (if group == queen_engine::QUEUE_MODE { "(queue mode)".to_owned() } else { group.clone() })
+                                ": " span id={ "qp-lag-" (pname) "-" (group) } { (at(g, "/lag")) }
+                                @if !matches!(g.get("workerId"), None | Some(Value::Null)) {
+                                    ", leased by " code { (at(g, "/workerId")) }
+                                }
+                                " "
+                            }
+                        }
                     }
                 }
             }
         }
+        p.pager {
+            @if after.is_some() { a href=(base) { "← first page" } }
+            @if let Some(n) = next { a href={ (base) "?after=" (enc(n)) } { "next →" } }
+        }
         h2 { "Options" }
         (fields(q.get("options").unwrap_or(&Value::Null)))
         p { a href={ "/dashboard/messages?queue=" (enc(name)) } { "Messages of this queue" } " · "
-            a href={ "/dashboard/dlq?queue=" (enc(name)) } { "Dead letters of this queue" } }
+            a href={ "/dashboard/dlq?queue=" (enc(name)) } { "Dead letters of this queue" } " · "
+            a href={ "/dashboard/groups?queue=" (enc(name)) } { "Consumer groups of this queue" } }
     })
 }
 
