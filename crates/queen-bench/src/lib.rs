@@ -181,6 +181,19 @@ fn rss_mb(pid: u32) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// CPU time the process has run, every thread, in nanoseconds
+/// (`/proc/<pid>/task/*/schedstat`, whose first field is exact, where
+/// `/proc/<pid>/stat` counts in ticks of 10 ms). `None` off Linux.
+fn cpu_ns(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        total += stat.split_whitespace().next().and_then(|ns| ns.parse::<u64>().ok()).unwrap_or(0);
+    }
+    Some(total)
+}
+
 fn db_url(admin: &str, db: &str) -> String {
     match admin.rfind('/') {
         Some(i) => format!("{}/{db}", &admin[..i]),
@@ -287,6 +300,7 @@ struct Ours {
     ops: f64,
     hist: Histogram<u64>,
     rss_peak: f64,
+    cpu_us_per_op: Option<f64>,
     empty: u64,
     errors: u64,
 }
@@ -339,6 +353,7 @@ async fn run_ours(
             Ok::<_, anyhow::Error>(hist)
         }));
     }
+    let cpu_before = cpu_ns(pid);
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
     let mut rss_peak: f64 = 0.0;
@@ -348,7 +363,10 @@ async fn run_ours(
     }
     stop.store(true, Ordering::Relaxed);
     let elapsed = started.elapsed().as_secs_f64();
-    let ops = done.load(Ordering::Relaxed) as f64 / elapsed;
+    let cpu = cpu_before.zip(cpu_ns(pid)).map(|(a, b)| b.saturating_sub(a));
+    let done_ops = done.load(Ordering::Relaxed);
+    let ops = done_ops as f64 / elapsed;
+    let cpu_us_per_op = cpu.filter(|_| done_ops > 0).map(|ns| ns as f64 / 1000.0 / done_ops as f64);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     for t in tasks {
         hist.add(t.await??)?;
@@ -358,6 +376,7 @@ async fn run_ours(
         ops,
         hist,
         rss_peak,
+        cpu_us_per_op,
         empty: empty.load(Ordering::Relaxed),
         errors: errors.load(Ordering::Relaxed),
     })
@@ -538,6 +557,7 @@ impl Run<'_> {
             ratio_plain: plain.as_ref().map(|p| ours.ops / p.tps),
             rows_per_op: w.rows(),
             broker_rss_peak_mb: ours.rss_peak,
+            broker_cpu_us_per_op: ours.cpu_us_per_op,
             batches,
         })
     }

@@ -49,6 +49,10 @@ pub struct Point {
     pub ratio_plain: Option<f64>,
     pub rows_per_op: u32,
     pub broker_rss_peak_mb: f64,
+    /// The broker's CPU time (every thread, user and system) per op of our
+    /// side: steadier than ops/s on a noisy machine, and the figure the
+    /// broker's own overhead shows in.
+    pub broker_cpu_us_per_op: Option<f64>,
     /// Batches the broker's batchers ran during our side of the point.
     pub batches: Vec<BatchLine>,
 }
@@ -108,8 +112,8 @@ pub struct Report {
     pub series: Vec<SeriesInfo>,
 }
 
-pub const SWEEP_HEADER: &str = "| workload | clients | ours ops/s | rows/s | p50 ms | p99 ms | p999 ms | pgbench clients | plain tx/s | twin tx/s | ours/plain | ours/twin | plain p50 ms | plain p99 ms | twin p50 ms | twin p99 ms | broker RSS peak MB |\n\
-| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+pub const SWEEP_HEADER: &str = "| workload | clients | ours ops/s | rows/s | p50 ms | p99 ms | p999 ms | pgbench clients | plain tx/s | twin tx/s | ours/plain | ours/twin | plain p50 ms | plain p99 ms | twin p50 ms | twin p99 ms | broker RSS peak MB | broker CPU µs/op |\n\
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
 
 pub const SCALING_HEADER: &str = "| workload | size | clients | ours ops/s | p50 ms | p99 ms | plain tx/s | twin tx/s | ours/plain | ours/twin | plain p50 ms | plain p99 ms | twin p50 ms | twin p99 ms | cost vs smallest, ours | cost vs smallest, plain | cost vs smallest, twin |\n\
 | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
@@ -158,7 +162,7 @@ fn pg_clients(p: &Point) -> String {
 
 pub fn sweep_row(p: &Point) -> String {
     format!(
-        "| {}{} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+        "| {}{} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.1} | {} |",
         p.workload,
         notes(p),
         p.clients,
@@ -176,7 +180,8 @@ pub fn sweep_row(p: &Point) -> String {
         opt(p.plain_p99_ms, 2),
         opt(p.pgbench_p50_ms, 2),
         opt(p.pgbench_p99_ms, 2),
-        p.broker_rss_peak_mb
+        p.broker_rss_peak_mb,
+        opt(p.broker_cpu_us_per_op, 0)
     )
 }
 

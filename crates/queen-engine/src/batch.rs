@@ -4,16 +4,19 @@
 //! load the requests that arrived while every slot was busy go together,
 //! and PostgreSQL sees a few busy backends instead of one per client.
 //!
-//! Four batchers share one dispatcher ([`Batcher`]): KV gets, single-op KV
+//! Four batchers share one design ([`Batcher`]): KV gets, single-op KV
 //! writes, pushes and acks. Each member gets the answer a call of its own
 //! would have had, and only after the commit.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use futures_util::future::BoxFuture;
+use tokio::sync::oneshot;
 
 use crate::db::Pool;
-use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use crate::ack::{AckColumns, AckItem};
 use crate::kv::{get_element, write_one, Expect, Expiry, KvColumns, KvOp};
@@ -135,88 +138,157 @@ pub(crate) struct Budget<Q> {
     cost: fn(&Q) -> [usize; 2],
 }
 
+/// What runs one batch: it answers every member, and says how.
+type Run<Q, A> = Box<dyn Fn(Vec<Waiting<Q, A>>) -> BoxFuture<'static, Answered> + Send + Sync>;
+
 /// The front of one batcher: cheap to clone, one per engine and kind.
+///
+/// There is no dispatcher task. A request that finds a slot free runs
+/// alone, in its own task: no channel, no hand-off between threads, which
+/// is what a lone client pays for in latency. A request that finds every
+/// slot busy waits in the queue, and whoever finishes a batch hands the
+/// queue on as the next batch (one spawned task per batch, not per
+/// request). So the queue is never waiting while a slot is free.
 pub(crate) struct Batcher<Q, A> {
-    tx: mpsc::UnboundedSender<Waiting<Q, A>>,
+    shared: Arc<Shared<Q, A>>,
 }
 
 impl<Q, A> Clone for Batcher<Q, A> {
     fn clone(&self) -> Self {
-        Batcher { tx: self.tx.clone() }
+        Batcher { shared: self.shared.clone() }
+    }
+}
+
+struct Shared<Q, A> {
+    state: Mutex<Queue<Q, A>>,
+    budget: Budget<Q>,
+    kind: BatchKind,
+    stats: Arc<BatchStats>,
+    run: Run<Q, A>,
+}
+
+/// Invariant: `waiting` is empty whenever `free` is above zero.
+struct Queue<Q, A> {
+    waiting: VecDeque<Waiting<Q, A>>,
+    free: usize,
+}
+
+/// One busy slot. Dropping it (after a batch, or when a leading request is
+/// cancelled) hands the queue on, or frees the slot when the queue is empty.
+struct Slot<Q: Send + 'static, A: Send + 'static> {
+    shared: Arc<Shared<Q, A>>,
+}
+
+impl<Q: Send + 'static, A: Send + 'static> Drop for Slot<Q, A> {
+    fn drop(&mut self) {
+        let next = self.shared.next_batch_or_free();
+        if next.is_empty() {
+            return;
+        }
+        let shared = self.shared.clone();
+        // Without a runtime (the process is ending) the batch is dropped and
+        // its members hear "the batch was dropped".
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(run_queue(shared, next));
+        }
+    }
+}
+
+/// Runs batches off the queue for as long as it has any, on one slot.
+async fn run_queue<Q: Send + 'static, A: Send + 'static>(
+    shared: Arc<Shared<Q, A>>,
+    first: Vec<Waiting<Q, A>>,
+) {
+    let slot = Slot { shared };
+    let mut batch = first;
+    while !batch.is_empty() {
+        slot.shared.run_one(batch).await;
+        batch = slot.shared.take_batch();
+    }
+}
+
+impl<Q: Send + 'static, A: Send + 'static> Shared<Q, A> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue<Q, A>> {
+        // No code panics while holding the lock; a poisoned one is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next batch off the queue, within the budget.
+    fn take_batch(&self) -> Vec<Waiting<Q, A>> {
+        let mut queue = self.lock();
+        self.take_locked(&mut queue)
+    }
+
+    fn next_batch_or_free(&self) -> Vec<Waiting<Q, A>> {
+        let mut queue = self.lock();
+        let batch = self.take_locked(&mut queue);
+        if batch.is_empty() {
+            queue.free += 1;
+        }
+        batch
+    }
+
+    fn take_locked(&self, queue: &mut Queue<Q, A>) -> Vec<Waiting<Q, A>> {
+        let mut batch = Vec::new();
+        let mut spent = [0, 0];
+        while let Some(w) = queue.waiting.front() {
+            let c = (self.budget.cost)(&w.request);
+            let fits = spent[0] + c[0] <= self.budget.ceiling[0] && spent[1] + c[1] <= self.budget.ceiling[1];
+            // A request over a ceiling on its own still runs, alone.
+            if !fits && !batch.is_empty() {
+                break;
+            }
+            spent = [spent[0] + c[0], spent[1] + c[1]];
+            if let Some(w) = queue.waiting.pop_front() {
+                batch.push(w);
+            }
+        }
+        batch
+    }
+
+    async fn run_one(&self, batch: Vec<Waiting<Q, A>>) {
+        let histogram = self.stats.of(self.kind);
+        histogram.record(batch.len());
+        if (self.run)(batch).await == Answered::EachAlone {
+            histogram.retried.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
 impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
-    /// Starts the dispatcher; at most `slots` batches run at once, each
-    /// through `run`, which must answer every member.
+    /// At most `slots` batches run at once, each through `run`, which must
+    /// answer every member.
     fn start<F, Fut>(slots: usize, budget: Budget<Q>, kind: BatchKind, stats: Arc<BatchStats>, run: F) -> Self
     where
-        F: Fn(Vec<Waiting<Q, A>>) -> Fut + Send + 'static,
+        F: Fn(Vec<Waiting<Q, A>>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Answered> + Send + 'static,
     {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let slots = Arc::new(Semaphore::new(slots.max(1)));
-        tokio::spawn(dispatch(rx, slots, budget, kind, stats, run));
-        Batcher { tx }
+        let run: Run<Q, A> = Box::new(move |batch| Box::pin(run(batch)));
+        let state = Mutex::new(Queue { waiting: VecDeque::new(), free: slots.max(1) });
+        Batcher { shared: Arc::new(Shared { state, budget, kind, stats, run }) }
     }
 
-    /// Queues `request` and waits for its answer.
+    /// Runs `request` at once when a slot is free, or queues it for the next
+    /// batch, and waits for its answer.
     pub(crate) async fn call(&self, request: Q) -> Result<A, EngineError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(Waiting { request, reply })
-            .map_err(|_| EngineError::Unavailable("the engine is shutting down".into()))?;
-        rx.await.map_err(|_| EngineError::Unavailable("the batch was dropped".into()))?
-    }
-}
-
-async fn dispatch<Q, A, F, Fut>(
-    mut rx: mpsc::UnboundedReceiver<Waiting<Q, A>>,
-    slots: Arc<Semaphore>,
-    budget: Budget<Q>,
-    kind: BatchKind,
-    stats: Arc<BatchStats>,
-    run: F,
-) where
-    Q: Send + 'static,
-    A: Send + 'static,
-    F: Fn(Vec<Waiting<Q, A>>) -> Fut,
-    Fut: Future<Output = Answered> + Send + 'static,
-{
-    // A request that did not fit the last batch opens the next one.
-    let mut held: Option<Waiting<Q, A>> = None;
-    loop {
-        // Take the slot first: while every slot is busy, requests pile up
-        // in the channel and leave together.
-        let Ok(permit) = slots.clone().acquire_owned().await else { return };
-        let first = match held.take() {
-            Some(w) => w,
-            None => match rx.recv().await {
-                Some(w) => w,
-                None => return,
-            },
+        let (reply, answer) = oneshot::channel();
+        let waiting = Waiting { request, reply };
+        let lead = {
+            let mut queue = self.shared.lock();
+            if queue.free > 0 {
+                queue.free -= 1;
+                Some(waiting)
+            } else {
+                queue.waiting.push_back(waiting);
+                None
+            }
         };
-        let mut spent = (budget.cost)(&first.request);
-        let mut batch = vec![first];
-        while let Ok(w) = rx.try_recv() {
-            let c = (budget.cost)(&w.request);
-            if spent[0] + c[0] > budget.ceiling[0] || spent[1] + c[1] > budget.ceiling[1] {
-                held = Some(w);
-                break;
-            }
-            spent = [spent[0] + c[0], spent[1] + c[1]];
-            batch.push(w);
+        if let Some(waiting) = lead {
+            let slot = Slot { shared: self.shared.clone() };
+            slot.shared.run_one(vec![waiting]).await;
+            drop(slot);
         }
-        let histogram = stats.of(kind);
-        histogram.record(batch.len());
-        let work = run(batch);
-        let stats = stats.clone();
-        tokio::spawn(async move {
-            if work.await == Answered::EachAlone {
-                stats.of(kind).retried.fetch_add(1, Ordering::Relaxed);
-            }
-            drop(permit);
-        });
+        answer.await.map_err(|_| EngineError::Unavailable("the batch was dropped".into()))?
     }
 }
 
@@ -579,5 +651,132 @@ impl<'a> PutColumns<'a> {
             c.if_absent.push(if_absent);
         }
         Some(c)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::sync::Mutex as StdMutex;
+    use std::time::Duration;
+
+    use tokio::sync::{mpsc, Notify};
+
+    use super::*;
+
+    /// What a test batcher saw: each batch's requests, and the task that ran it.
+    type Seen = Arc<StdMutex<Vec<(Vec<u32>, Option<tokio::task::Id>)>>>;
+
+    /// A batcher whose batches answer each request with itself; a batch led
+    /// by request 0 waits for `release` first, and tells `started` it began.
+    fn test_batcher(
+        slots: usize,
+        ceiling: usize,
+    ) -> (Batcher<u32, u32>, Seen, Arc<Notify>, mpsc::UnboundedReceiver<()>) {
+        let seen: Seen = Arc::default();
+        let release = Arc::new(Notify::new());
+        let (started_tx, started) = mpsc::unbounded_channel();
+        let budget = Budget { ceiling: [ceiling, usize::MAX], cost: |_: &u32| [1, 0] };
+        let (log, gate) = (seen.clone(), release.clone());
+        let batcher = Batcher::start(
+            slots,
+            budget,
+            BatchKind::KvGet,
+            Arc::default(),
+            move |batch: Vec<Waiting<u32, u32>>| {
+                let (log, gate, started_tx) = (log.clone(), gate.clone(), started_tx.clone());
+                async move {
+                    let requests: Vec<u32> = batch.iter().map(|w| w.request).collect();
+                    log.lock().unwrap().push((requests.clone(), tokio::task::try_id()));
+                    if requests.first() == Some(&0) {
+                        let _ = started_tx.send(());
+                        gate.notified().await;
+                    }
+                    for w in batch {
+                        let n = w.request;
+                        w.answer(Ok(n));
+                    }
+                    Answered::Together
+                }
+            },
+        );
+        (batcher, seen, release, started)
+    }
+
+    #[tokio::test]
+    async fn a_request_that_finds_a_slot_free_runs_alone_in_its_own_task() {
+        let (batcher, seen, _, _) = test_batcher(1, 10);
+        for n in 1..=3 {
+            let caller = tokio::task::try_id();
+            assert_eq!(batcher.call(n).await.unwrap(), n);
+            let last = seen.lock().unwrap().last().cloned().unwrap();
+            assert_eq!(last, (vec![n], caller), "no hand-off to another task");
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_that_wait_go_together_within_the_budget_in_arrival_order() {
+        let (batcher, seen, release, mut started) = test_batcher(1, 3);
+        let lead = tokio::spawn({
+            let b = batcher.clone();
+            async move { b.call(0).await }
+        });
+        started.recv().await.unwrap();
+        let mut waiting = Vec::new();
+        for n in 1..=5 {
+            let b = batcher.clone();
+            waiting.push(tokio::spawn(async move { b.call(n).await }));
+            // Queued in this order before the next one is spawned.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        release.notify_one();
+        assert_eq!(lead.await.unwrap().unwrap(), 0);
+        for (n, w) in (1..).zip(waiting) {
+            assert_eq!(w.await.unwrap().unwrap(), n, "each request gets its own answer");
+        }
+        let batches: Vec<Vec<u32>> = seen.lock().unwrap().iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(batches, vec![vec![0], vec![1, 2, 3], vec![4, 5]]);
+    }
+
+    #[tokio::test]
+    async fn a_cancelled_leader_hands_its_slot_to_the_queue() {
+        let (batcher, seen, _release, mut started) = test_batcher(1, 10);
+        let lead = tokio::spawn({
+            let b = batcher.clone();
+            async move { b.call(0).await }
+        });
+        started.recv().await.unwrap();
+        let waiting: Vec<_> = (1..=2)
+            .map(|n| {
+                let b = batcher.clone();
+                tokio::spawn(async move { b.call(n).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // The leader's client went away while its batch was running.
+        lead.abort();
+        for (n, w) in (1..).zip(waiting) {
+            let answer = tokio::time::timeout(Duration::from_secs(5), w).await;
+            assert_eq!(answer.expect("the queue was stranded").unwrap().unwrap(), n);
+        }
+        let batches: Vec<Vec<u32>> = seen.lock().unwrap().iter().map(|(r, _)| r.clone()).collect();
+        assert_eq!(batches, vec![vec![0], vec![1, 2]]);
+        // And the slot is free again: the next call runs at once.
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), batcher.call(7)).await.unwrap().unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn a_slot_per_batch_in_flight() {
+        let (batcher, seen, release, mut started) = test_batcher(2, 10);
+        let lead = tokio::spawn({
+            let b = batcher.clone();
+            async move { b.call(0).await }
+        });
+        started.recv().await.unwrap();
+        // The second slot is free: this one runs at once, beside the blocked batch.
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), batcher.call(9)).await.unwrap().unwrap(), 9);
+        release.notify_one();
+        assert_eq!(lead.await.unwrap().unwrap(), 0);
+        assert_eq!(seen.lock().unwrap().len(), 2);
     }
 }

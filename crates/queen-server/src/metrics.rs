@@ -97,20 +97,102 @@ fn parse_labels(text: &str) -> Vec<(String, String)> {
 /// Counts and times every request by route template (never the raw URI, so
 /// KV keys in path routes do not become label values).
 pub(crate) async fn track(req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = req.method().as_str().to_owned();
+    // Route templates are interned, and the usual methods and statuses are
+    // static text: no label text is allocated per request.
+    let route = req.extensions().get::<MatchedPath>().map(|p| interned(p.as_str()));
+    let method = label_text(static_method(req.method()), || req.method().as_str().to_owned());
     let started = Instant::now();
     let resp = next.run(req).await;
-    let status = resp.status().as_u16().to_string();
-    metrics::counter!("queen_http_requests_total", "route" => route.clone(), "method" => method.clone(), "status" => status.clone())
-        .increment(1);
-    metrics::histogram!("queen_http_request_duration_seconds", "route" => route, "method" => method, "status" => status)
+    let route: metrics::SharedString = match route {
+        Some(route) => route.into(),
+        None => metrics::SharedString::const_str("unmatched"),
+    };
+    let code = resp.status();
+    let status = label_text(static_status(code), || code.as_u16().to_string());
+    let labels = [
+        metrics::Label::new("route", route),
+        metrics::Label::new("method", method),
+        metrics::Label::new("status", status),
+    ];
+    metrics::counter!("queen_http_requests_total", labels.iter()).increment(1);
+    metrics::histogram!("queen_http_request_duration_seconds", labels.iter())
         .record(started.elapsed().as_secs_f64());
     resp
+}
+
+fn label_text(known: Option<&'static str>, other: impl FnOnce() -> String) -> metrics::SharedString {
+    match known {
+        Some(text) => metrics::SharedString::const_str(text),
+        None => other().into(),
+    }
+}
+
+/// The route templates seen so far: a handful, shared by every request.
+fn interned(route: &str) -> std::sync::Arc<str> {
+    use std::collections::HashSet;
+    use std::sync::{Arc, RwLock};
+    static ROUTES: OnceLock<RwLock<HashSet<Arc<str>>>> = OnceLock::new();
+    let routes = ROUTES.get_or_init(Default::default);
+    if let Some(known) = routes.read().unwrap_or_else(|e| e.into_inner()).get(route) {
+        return known.clone();
+    }
+    let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
+    if let Some(known) = routes.get(route) {
+        return known.clone();
+    }
+    let new: Arc<str> = Arc::from(route);
+    routes.insert(new.clone());
+    new
+}
+
+fn static_method(method: &axum::http::Method) -> Option<&'static str> {
+    use axum::http::Method;
+    Some(match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => return None,
+    })
+}
+
+/// The status code as text, for the codes the broker answers.
+fn static_status(status: axum::http::StatusCode) -> Option<&'static str> {
+    Some(match status.as_u16() {
+        200 => "200",
+        201 => "201",
+        202 => "202",
+        204 => "204",
+        206 => "206",
+        301 => "301",
+        302 => "302",
+        303 => "303",
+        304 => "304",
+        400 => "400",
+        401 => "401",
+        403 => "403",
+        404 => "404",
+        405 => "405",
+        408 => "408",
+        409 => "409",
+        410 => "410",
+        412 => "412",
+        413 => "413",
+        415 => "415",
+        422 => "422",
+        423 => "423",
+        429 => "429",
+        431 => "431",
+        500 => "500",
+        501 => "501",
+        502 => "502",
+        503 => "503",
+        504 => "504",
+        _ => return None,
+    })
 }
 
 #[derive(serde::Deserialize)]

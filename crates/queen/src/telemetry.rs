@@ -43,7 +43,10 @@ pub fn init(json_logs: bool) -> anyhow::Result<Telemetry> {
     let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json_logs {
         tracing_subscriber::fmt::layer().json().boxed()
     } else {
-        tracing_subscriber::fmt::layer().boxed()
+        // Colours only for a terminal: a log file gets no escape codes, and
+        // each request's span is formatted without them (cheaper, too).
+        use std::io::IsTerminal;
+        tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal()).boxed()
     };
     #[cfg(feature = "otel")]
     {
