@@ -56,11 +56,9 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::Response;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -417,16 +415,17 @@ fn close_after(resp: &mut Response) {
 }
 
 /// Checks credentials before anything else of the request is looked at
-/// (inside the metrics and request-id layers, so refusals are counted and
-/// carry an `x-request-id`).
-pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, mut req: Request, next: Next) -> Response {
+/// (inside the request id and the metrics, see `edge`, so refusals are
+/// counted and carry an `x-request-id`); the caller goes into the request's
+/// extensions.
+pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Result<(), Response> {
     if !auth.is_enabled() {
-        return next.run(req).await;
+        return Ok(());
     }
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str());
     let method = req.method();
     if is_open(method, route) || is_dashboard(route) {
-        return next.run(req).await;
+        return Ok(());
     }
     let verdict = match bearer(req.headers()) {
         None => {
@@ -439,7 +438,7 @@ pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, mut req: Request,
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"queen\""));
             close_after(&mut resp);
-            return resp;
+            return Err(resp);
         }
         Some(token) => auth.authenticate(token).and_then(|caller| match required_role(method, route) {
             needed if caller.role >= needed => Ok(caller),
@@ -450,7 +449,7 @@ pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, mut req: Request,
     match verdict {
         Ok(caller) => {
             req.extensions_mut().insert(caller);
-            next.run(req).await
+            Ok(())
         }
         Err(denied) => {
             tracing::debug!(
@@ -458,7 +457,7 @@ pub(crate) async fn guard(State(auth): State<Arc<AuthConfig>>, mut req: Request,
                 route = route.unwrap_or("unmatched"),
                 "request refused by authentication"
             );
-            refusal(&denied)
+            Err(refusal(&denied))
         }
     }
 }

@@ -13,9 +13,8 @@
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header::CONTENT_LENGTH;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 
@@ -34,7 +33,8 @@ enum Refusal {
     Broken(String),
 }
 
-pub(crate) async fn guard(State(limits): State<BodyLimits>, req: Request, next: Next) -> Response {
+/// The request with its whole body read, or the refusal.
+pub(crate) async fn read(limits: BodyLimits, req: Request) -> Result<Request, Response> {
     let (parts, body) = req.into_parts();
     let kv_route = parts.uri.path() == "/api/v1/kv" || parts.uri.path().starts_with("/api/v1/kv/");
     let announced = parts
@@ -51,18 +51,14 @@ pub(crate) async fn guard(State(limits): State<BodyLimits>, req: Request, next: 
         },
     };
     match read {
-        Ok(bytes) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(bytes) => Ok(Request::from_parts(parts, Body::from(bytes))),
         Err(refusal) => {
             let error = match refusal {
                 Refusal::TooLarge => ApiError::TooLarge,
                 Refusal::TooSlow => ApiError::BodyTimeout,
                 Refusal::Broken(e) => ApiError::bad("body", format!("could not be read: {e}")),
             };
-            if kv_route {
-                crate::routes::kv_failure(error)
-            } else {
-                error.into_response()
-            }
+            Err(if kv_route { crate::routes::kv_failure(error) } else { error.into_response() })
         }
     }
 }

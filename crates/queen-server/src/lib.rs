@@ -11,6 +11,7 @@
 mod auth;
 mod body_guard;
 mod dashboard;
+mod edge;
 mod error;
 mod extract;
 mod metrics;
@@ -72,8 +73,8 @@ pub(crate) struct AppState {
 /// The whole API as an axum router, `/openapi.json` included.
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let limit = config.max_body_bytes;
-    let body_limits = body_guard::BodyLimits { max_bytes: limit, read_timeout: config.body_read_timeout };
-    let auth = Arc::new(config.auth.clone());
+    let body = body_guard::BodyLimits { max_bytes: limit, read_timeout: config.body_read_timeout };
+    let edge = Arc::new(edge::Edge { auth: config.auth.clone(), body, ids: edge::RequestIds::new() });
     // Installed before the first request so every family is recorded.
     let _ = metrics::handle();
     let (routes, doc) = routes::router().split_for_parts();
@@ -83,16 +84,8 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
         .merge(dashboard::router())
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
-        .layer(axum::middleware::from_fn(uri_guard::guard))
-        .layer(axum::middleware::from_fn_with_state(body_limits, body_guard::guard))
-        // Inside metrics and request ids (a refusal is counted and has an id),
-        // outside the body and URI guards (no token, no look at the request).
-        .layer(axum::middleware::from_fn_with_state(auth, auth::guard))
-        .layer(axum::middleware::from_fn(metrics::track))
+        .layer(axum::middleware::from_fn_with_state(edge, edge::edge))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(tower_http::trace::TraceLayer::new_for_http().make_span_with(request_span))
-        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
-        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(RequestIds::new()))
 }
 
 /// The OpenAPI 3.1 document of every route, as served at `/openapi.json`.
@@ -108,47 +101,6 @@ async fn method_not_allowed() -> axum::response::Response {
 
 async fn serve_document(doc: Arc<String>) -> axum::response::Response {
     error::json_response(axum::http::StatusCode::OK, doc.as_str().to_owned())
-}
-
-/// Request ids in the form of a random (v4) UUID, without a system call per
-/// request: one random base per process, and a counter folded into its low
-/// 62 bits (below the variant bits, so the form holds). `MakeRequestUuid`
-/// asked the kernel for 16 random bytes on every request, a measurable
-/// share of a small request's CPU.
-#[derive(Clone)]
-struct RequestIds {
-    base: u128,
-    next: Arc<std::sync::atomic::AtomicU64>,
-}
-
-impl RequestIds {
-    fn new() -> Self {
-        RequestIds {
-            base: uuid::Uuid::new_v4().as_u128(),
-            next: Arc::new(std::sync::atomic::AtomicU64::new(0)),
-        }
-    }
-}
-
-impl tower_http::request_id::MakeRequestId for RequestIds {
-    fn make_request_id<B>(
-        &mut self,
-        _: &axum::http::Request<B>,
-    ) -> Option<tower_http::request_id::RequestId> {
-        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & ((1 << 62) - 1);
-        let id = uuid::Uuid::from_u128(self.base ^ u128::from(n));
-        let value = axum::http::HeaderValue::from_str(&id.hyphenated().to_string()).ok()?;
-        Some(tower_http::request_id::RequestId::new(value))
-    }
-}
-
-/// One span per request, named by the route template and the request id;
-/// never the URI, so KV keys in path routes do not reach the logs.
-fn request_span<B>(req: &axum::http::Request<B>) -> tracing::Span {
-    let route =
-        req.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str()).unwrap_or("unmatched");
-    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or_default();
-    tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
 }
 
 /// Serves until `shutdown` resolves, then wakes the long polls, lets

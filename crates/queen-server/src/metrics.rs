@@ -6,8 +6,6 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request};
-use axum::middleware::Next;
-use axum::response::Response;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
@@ -96,18 +94,25 @@ fn parse_labels(text: &str) -> Vec<(String, String)> {
 
 /// Counts and times every request by route template (never the raw URI, so
 /// KV keys in path routes do not become label values).
-pub(crate) async fn track(req: Request, next: Next) -> Response {
-    // Route templates are interned, and the usual methods and statuses are
-    // static text: no label text is allocated per request.
-    let route = req.extensions().get::<MatchedPath>().map(|p| interned(p.as_str()));
-    let method = label_text(static_method(req.method()), || req.method().as_str().to_owned());
-    let started = Instant::now();
-    let resp = next.run(req).await;
+/// The route label of a request: its template, interned.
+pub(crate) fn route_of(req: &Request) -> Option<std::sync::Arc<str>> {
+    req.extensions().get::<MatchedPath>().map(|p| interned(p.as_str()))
+}
+
+/// Counts one answered request and its latency. Route templates are
+/// interned, and the usual methods and statuses are static text: no label
+/// text is allocated per request.
+pub(crate) fn record_request(
+    route: Option<std::sync::Arc<str>>,
+    method: &axum::http::Method,
+    code: axum::http::StatusCode,
+    started: Instant,
+) {
+    let method = label_text(static_method(method), || method.as_str().to_owned());
     let route: metrics::SharedString = match route {
         Some(route) => route.into(),
         None => metrics::SharedString::const_str("unmatched"),
     };
-    let code = resp.status();
     let status = label_text(static_status(code), || code.as_u16().to_string());
     let labels = [
         metrics::Label::new("route", route),
@@ -117,7 +122,6 @@ pub(crate) async fn track(req: Request, next: Next) -> Response {
     metrics::counter!("queen_http_requests_total", labels.iter()).increment(1);
     metrics::histogram!("queen_http_request_duration_seconds", labels.iter())
         .record(started.elapsed().as_secs_f64());
-    resp
 }
 
 fn label_text(known: Option<&'static str>, other: impl FnOnce() -> String) -> metrics::SharedString {

@@ -5,9 +5,7 @@
 //! second lossily (so `g%FF` would become a group called `g\u{FFFD}`); both
 //! are answered here, before any handler, with a JSON 400.
 
-use axum::extract::Request;
-use axum::http::StatusCode;
-use axum::middleware::Next;
+use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 
 use crate::error::json_response;
@@ -54,22 +52,22 @@ fn refusal(kv_route: bool, field: &str, flaw: Flaw) -> Response {
     json_response(StatusCode::BAD_REQUEST, body.to_string())
 }
 
-pub(crate) async fn guard(req: Request, next: Next) -> Response {
-    let uri = req.uri();
+/// The refusal of a target that cannot mean one thing, if it is one.
+pub(crate) fn check(uri: &Uri) -> Result<(), Response> {
     let kv_route = uri.path().starts_with("/api/v1/kv/");
     if let Err(flaw) = check_component(uri.path()) {
-        return refusal(kv_route, "path", flaw);
+        return Err(refusal(kv_route, "path", flaw));
     }
     if let Some(query) = uri.query() {
         for part in query.split('&') {
             if let Err(flaw) = check_component(part) {
                 let name = part.split('=').next().unwrap_or_default();
                 let field = if check_component(name).is_ok() && !name.is_empty() { name } else { "query" };
-                return refusal(kv_route, field, flaw);
+                return Err(refusal(kv_route, field, flaw));
             }
         }
     }
-    next.run(req).await
+    Ok(())
 }
 
 #[cfg(test)]
