@@ -416,16 +416,16 @@ fn close_after(resp: &mut Response) {
 
 /// Checks credentials before anything else of the request is looked at
 /// (inside the request id and the metrics, see `edge`, so refusals are
-/// counted and carry an `x-request-id`); the caller goes into the request's
-/// extensions.
-pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Result<(), Response> {
+/// counted and carry an `x-request-id`); answers the refusal, if any. The
+/// caller goes into the request's extensions.
+pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Option<Response> {
     if !auth.is_enabled() {
-        return Ok(());
+        return None;
     }
     let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str());
     let method = req.method();
     if is_open(method, route) || is_dashboard(route) {
-        return Ok(());
+        return None;
     }
     let verdict = match bearer(req.headers()) {
         None => {
@@ -438,7 +438,7 @@ pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Result<(), Response
             resp.headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"queen\""));
             close_after(&mut resp);
-            return Err(resp);
+            return Some(resp);
         }
         Some(token) => auth.authenticate(token).and_then(|caller| match required_role(method, route) {
             needed if caller.role >= needed => Ok(caller),
@@ -449,7 +449,7 @@ pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Result<(), Response
     match verdict {
         Ok(caller) => {
             req.extensions_mut().insert(caller);
-            Ok(())
+            None
         }
         Err(denied) => {
             tracing::debug!(
@@ -457,7 +457,7 @@ pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Result<(), Response
                 route = route.unwrap_or("unmatched"),
                 "request refused by authentication"
             );
-            Err(refusal(&denied))
+            Some(refusal(&denied))
         }
     }
 }

@@ -96,14 +96,14 @@ async fn measured(edge: Arc<Edge>, req: Request, next: Next) -> Response {
 }
 
 async fn checked(edge: &Edge, mut req: Request, next: Next) -> Response {
-    if let Err(refusal) = crate::auth::check(&edge.auth, &mut req) {
+    if let Some(refusal) = crate::auth::check(&edge.auth, &mut req) {
         return refusal;
     }
     let req = match crate::body_guard::read(edge.body, req).await {
         Ok(req) => req,
         Err(refusal) => return refusal,
     };
-    if let Err(refusal) = crate::uri_guard::check(req.uri()) {
+    if let Some(refusal) = crate::uri_guard::check(req.uri()) {
         return refusal;
     }
     next.run(req).await

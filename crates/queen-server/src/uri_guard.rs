@@ -53,21 +53,21 @@ fn refusal(kv_route: bool, field: &str, flaw: Flaw) -> Response {
 }
 
 /// The refusal of a target that cannot mean one thing, if it is one.
-pub(crate) fn check(uri: &Uri) -> Result<(), Response> {
+pub(crate) fn check(uri: &Uri) -> Option<Response> {
     let kv_route = uri.path().starts_with("/api/v1/kv/");
     if let Err(flaw) = check_component(uri.path()) {
-        return Err(refusal(kv_route, "path", flaw));
+        return Some(refusal(kv_route, "path", flaw));
     }
     if let Some(query) = uri.query() {
         for part in query.split('&') {
             if let Err(flaw) = check_component(part) {
                 let name = part.split('=').next().unwrap_or_default();
                 let field = if check_component(name).is_ok() && !name.is_empty() { name } else { "query" };
-                return Err(refusal(kv_route, field, flaw));
+                return Some(refusal(kv_route, field, flaw));
             }
         }
     }
-    Ok(())
+    None
 }
 
 #[cfg(test)]
