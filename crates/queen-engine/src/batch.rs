@@ -703,6 +703,12 @@ mod tests {
         (batcher, seen, release, started)
     }
 
+    /// A caller of its own, as a concurrent client would be.
+    fn spawn_call(batcher: &Batcher<u32, u32>, n: u32) -> tokio::task::JoinHandle<Result<u32, EngineError>> {
+        let b = batcher.clone();
+        tokio::spawn(async move { b.call(n).await })
+    }
+
     #[tokio::test]
     async fn a_request_that_finds_a_slot_free_runs_alone_in_its_own_task() {
         let (batcher, seen, _, _) = test_batcher(1, 10);
@@ -717,15 +723,11 @@ mod tests {
     #[tokio::test]
     async fn requests_that_wait_go_together_within_the_budget_in_arrival_order() {
         let (batcher, seen, release, mut started) = test_batcher(1, 3);
-        let lead = tokio::spawn({
-            let b = batcher.clone();
-            async move { b.call(0).await }
-        });
+        let lead = spawn_call(&batcher, 0);
         started.recv().await.unwrap();
         let mut waiting = Vec::new();
         for n in 1..=5 {
-            let b = batcher.clone();
-            waiting.push(tokio::spawn(async move { b.call(n).await }));
+            waiting.push(spawn_call(&batcher, n));
             // Queued in this order before the next one is spawned.
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -741,17 +743,9 @@ mod tests {
     #[tokio::test]
     async fn a_cancelled_leader_hands_its_slot_to_the_queue() {
         let (batcher, seen, _release, mut started) = test_batcher(1, 10);
-        let lead = tokio::spawn({
-            let b = batcher.clone();
-            async move { b.call(0).await }
-        });
+        let lead = spawn_call(&batcher, 0);
         started.recv().await.unwrap();
-        let waiting: Vec<_> = (1..=2)
-            .map(|n| {
-                let b = batcher.clone();
-                tokio::spawn(async move { b.call(n).await })
-            })
-            .collect();
+        let waiting: Vec<_> = (1..=2).map(|n| spawn_call(&batcher, n)).collect();
         tokio::time::sleep(Duration::from_millis(20)).await;
         // The leader's client went away while its batch was running.
         lead.abort();
@@ -768,10 +762,7 @@ mod tests {
     #[tokio::test]
     async fn a_slot_per_batch_in_flight() {
         let (batcher, seen, release, mut started) = test_batcher(2, 10);
-        let lead = tokio::spawn({
-            let b = batcher.clone();
-            async move { b.call(0).await }
-        });
+        let lead = spawn_call(&batcher, 0);
         started.recv().await.unwrap();
         // The second slot is free: this one runs at once, beside the blocked batch.
         assert_eq!(tokio::time::timeout(Duration::from_secs(5), batcher.call(9)).await.unwrap().unwrap(), 9);

@@ -117,3 +117,24 @@ fn request_span(req: &Request) -> tracing::Span {
     let id = req.headers().get(&X_REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or_default();
     tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_are_distinct_v4_uuids() {
+        let ids = RequestIds::new();
+        let drawn: Vec<String> = (0..1000).map(|_| ids.next().to_str().unwrap().to_owned()).collect();
+        let distinct: std::collections::HashSet<&String> = drawn.iter().collect();
+        assert_eq!(distinct.len(), drawn.len());
+        for id in &drawn {
+            let uuid = uuid::Uuid::parse_str(id).unwrap();
+            assert_eq!(uuid.get_version_num(), 4, "{id}");
+            assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122, "{id}");
+        }
+        // Another process (another base) draws other ids.
+        assert_ne!(RequestIds::new().next(), RequestIds::new().next());
+    }
+}

@@ -444,52 +444,15 @@ LANGUAGE sql STABLE AS $$
            ORDER BY key LIMIT p_limit) k
 $$;
 
--- Consumer groups: one entry per (group, queue), queue mode included.
-CREATE OR REPLACE FUNCTION queen.consumer_groups_list(p_name text, p_min_lag_seconds double precision) RETURNS json
+-- One consumer group's entry per (group, queue), queue mode included, as
+-- the consumer-group routes and the dashboard show it: of the groups named
+-- p_name and/or of queue p_queue, after the keyset (queue, group), at most
+-- p_limit (NULL: all) in (queue, group) order. The groups are cut before
+-- the cursors are joined, so a page reads only its own groups' partitions.
+CREATE OR REPLACE FUNCTION queen.consumer_group_entries(p_name text, p_queue text, p_after_queue text,
+                                                       p_after_group text, p_limit integer) RETURNS SETOF json
 LANGUAGE sql STABLE AS $$
-  SELECT coalesce(json_agg(x ORDER BY x.name, x."queueName"), '[]'::json) FROM (
-    SELECT g.name, g.queue_name AS "queueName", json_build_array(g.queue_name) AS topics,
-           count(c.partition_id) AS members,
-           count(c.partition_id) FILTER (WHERE c.next_seq < p.next_seq) AS "partitionsWithLag",
-           coalesce(sum(p.next_seq - c.next_seq), 0) AS "totalLag",
-           coalesce(max(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
-                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
-                      ORDER BY m.seq LIMIT 1))), 0) AS "maxTimeLag",
-           CASE WHEN coalesce(sum(p.next_seq - c.next_seq), 0) = 0 THEN 'Stable' ELSE 'Lagging' END AS state,
-           g.subscription_mode AS "subscriptionMode", queen.iso(g.subscription_from) AS "subscriptionTimestamp",
-           queen.iso(g.created_at) AS "subscriptionCreatedAt",
-           -- Per partition: how far behind in messages and in seconds (the age of
-           -- the oldest message not consumed yet), how many it has consumed, and
-           -- who holds it now (the lease id: what a consumer acks and extends with).
-           coalesce(json_agg(json_build_object('partition', p.name, 'partitionId', p.id, 'offset', c.next_seq,
-             'offsetLag', p.next_seq - c.next_seq, 'leaseActive', coalesce(c.lease_expires_at > now(), false),
-             'timeLagSeconds', coalesce(extract(epoch FROM now() - (SELECT m.created_at FROM queen.messages m
-                      WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
-                      ORDER BY m.seq LIMIT 1))::float8, 0),
-             'totalConsumed', c.next_seq,
-             'workerId', CASE WHEN c.lease_expires_at > now() THEN c.lease_id END,
-             'lastConsumedAt', queen.iso(c.last_delivered_at)) ORDER BY p.name)
-             FILTER (WHERE p.id IS NOT NULL), '[]'::json) AS partitions
-      FROM queen.consumer_groups g
-      LEFT JOIN queen.queues q ON q.name = g.queue_name
-      LEFT JOIN queen.cursors c ON c.queue_id = q.id AND c.consumer_group = g.name
-      LEFT JOIN queen.partitions p ON p.id = c.partition_id
-     WHERE p_name IS NULL OR g.name = p_name
-     GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
-   -- Lagging: behind on some partition, by at least p_min_lag_seconds.
-   WHERE p_min_lag_seconds IS NULL OR (x."totalLag" > 0 AND x."maxTimeLag" >= p_min_lag_seconds)
-$$;
-
--- The dashboard's consumer groups: consumer_groups_list's entries, of one
--- queue or all, a keyset page by (queue, group) on the primary key.
-CREATE OR REPLACE FUNCTION queen.consumer_groups_page(p_queue text, p_after_queue text, p_after_group text,
-                                                     p_limit integer) RETURNS json
-LANGUAGE sql STABLE AS $$
-  SELECT json_build_object(
-           'groups', coalesce(json_agg(x ORDER BY x."queueName", x.name), '[]'::json),
-           'nextAfter', CASE WHEN count(*) >= p_limit THEN
-             (array_agg(json_build_object('queue', x."queueName", 'group', x.name)
-                        ORDER BY x."queueName" DESC, x.name DESC))[1] END) FROM (
+  SELECT to_json(x) FROM (
     SELECT g.name, g.queue_name AS "queueName", json_build_array(g.queue_name) AS topics,
            count(c.partition_id) AS members,
            count(c.partition_id) FILTER (WHERE c.next_seq < p.next_seq) AS "partitionsWithLag",
@@ -513,13 +476,37 @@ LANGUAGE sql STABLE AS $$
              'lastConsumedAt', queen.iso(c.last_delivered_at)) ORDER BY p.name)
              FILTER (WHERE p.id IS NOT NULL), '[]'::json) AS partitions
       FROM (SELECT * FROM queen.consumer_groups cg
-             WHERE (p_queue IS NULL OR cg.queue_name = p_queue)
+             WHERE (p_name IS NULL OR cg.name = p_name)
+               AND (p_queue IS NULL OR cg.queue_name = p_queue)
                AND (p_after_queue IS NULL OR (cg.queue_name, cg.name) > (p_after_queue, coalesce(p_after_group, '')))
              ORDER BY cg.queue_name, cg.name LIMIT p_limit) g
       LEFT JOIN queen.queues q ON q.name = g.queue_name
       LEFT JOIN queen.cursors c ON c.queue_id = q.id AND c.consumer_group = g.name
       LEFT JOIN queen.partitions p ON p.id = c.partition_id
      GROUP BY g.name, g.queue_name, g.subscription_mode, g.subscription_from, g.created_at) x
+$$;
+
+-- Consumer groups: every entry, or the lagging ones (behind on some
+-- partition, by at least p_min_lag_seconds).
+CREATE OR REPLACE FUNCTION queen.consumer_groups_list(p_name text, p_min_lag_seconds double precision) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce(json_agg(e ORDER BY e->>'name', e->>'queueName'), '[]'::json)
+    FROM queen.consumer_group_entries(p_name, NULL, NULL, NULL, NULL) e
+   WHERE p_min_lag_seconds IS NULL
+      OR ((e->>'totalLag')::numeric > 0 AND (e->>'maxTimeLag')::float8 >= p_min_lag_seconds)
+$$;
+
+-- The dashboard's consumer groups: of one queue or all, a keyset page by
+-- (queue, group) on the primary key.
+CREATE OR REPLACE FUNCTION queen.consumer_groups_page(p_queue text, p_after_queue text, p_after_group text,
+                                                     p_limit integer) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'groups', coalesce(json_agg(e ORDER BY e->>'queueName', e->>'name'), '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN
+             (array_agg(json_build_object('queue', e->>'queueName', 'group', e->>'name')
+                        ORDER BY e->>'queueName' DESC, e->>'name' DESC))[1] END)
+    FROM queen.consumer_group_entries(NULL, p_queue, p_after_queue, p_after_group, p_limit) e
 $$;
 
 -- Maintenance switches: one row, read by push and pop (a primary-key read).
