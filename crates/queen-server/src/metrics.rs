@@ -92,111 +92,52 @@ fn parse_labels(text: &str) -> Vec<(String, String)> {
     out
 }
 
-/// Counts and times every request by route template (never the raw URI, so
-/// KV keys in path routes do not become label values).
-/// The route label of a request: its template, interned.
+/// The route label of a request: its template (never the raw URI, so KV
+/// keys in path routes do not become label values).
 pub(crate) fn route_of(req: &Request) -> Option<std::sync::Arc<str>> {
     req.extensions().get::<MatchedPath>().map(|p| interned(p.as_str()))
 }
 
-/// Counts one answered request and its latency. Route templates are
-/// interned, and the usual methods and statuses are static text: no label
-/// text is allocated per request.
+/// Counts and times one answered request by route, method and status. The
+/// label texts are interned: none is allocated per request.
 pub(crate) fn record_request(
     route: Option<std::sync::Arc<str>>,
     method: &axum::http::Method,
     code: axum::http::StatusCode,
     started: Instant,
 ) {
-    let method = label_text(static_method(method), || method.as_str().to_owned());
     let route: metrics::SharedString = match route {
         Some(route) => route.into(),
         None => metrics::SharedString::const_str("unmatched"),
     };
-    let status = label_text(static_status(code), || code.as_u16().to_string());
     let labels = [
         metrics::Label::new("route", route),
-        metrics::Label::new("method", method),
-        metrics::Label::new("status", status),
+        metrics::Label::new("method", interned(method.as_str())),
+        metrics::Label::new("status", interned(code.as_str())),
     ];
     metrics::counter!("queen_http_requests_total", labels.iter()).increment(1);
     metrics::histogram!("queen_http_request_duration_seconds", labels.iter())
         .record(started.elapsed().as_secs_f64());
 }
 
-fn label_text(known: Option<&'static str>, other: impl FnOnce() -> String) -> metrics::SharedString {
-    match known {
-        Some(text) => metrics::SharedString::const_str(text),
-        None => other().into(),
-    }
-}
-
-/// The route templates seen so far: a handful, shared by every request.
-fn interned(route: &str) -> std::sync::Arc<str> {
+/// Label texts seen so far (route templates, methods, statuses): a
+/// handful, shared by every request.
+fn interned(text: &str) -> std::sync::Arc<str> {
     use std::collections::HashSet;
     use std::sync::{Arc, RwLock};
-    static ROUTES: OnceLock<RwLock<HashSet<Arc<str>>>> = OnceLock::new();
-    let routes = ROUTES.get_or_init(Default::default);
-    if let Some(known) = routes.read().unwrap_or_else(|e| e.into_inner()).get(route) {
+    static TEXTS: OnceLock<RwLock<HashSet<Arc<str>>>> = OnceLock::new();
+    let texts = TEXTS.get_or_init(Default::default);
+    if let Some(known) = texts.read().unwrap_or_else(|e| e.into_inner()).get(text) {
         return known.clone();
     }
-    let mut routes = routes.write().unwrap_or_else(|e| e.into_inner());
-    if let Some(known) = routes.get(route) {
+    let mut texts = texts.write().unwrap_or_else(|e| e.into_inner());
+    // Another request may have added it between the two locks.
+    if let Some(known) = texts.get(text) {
         return known.clone();
     }
-    let new: Arc<str> = Arc::from(route);
-    routes.insert(new.clone());
+    let new: Arc<str> = Arc::from(text);
+    texts.insert(new.clone());
     new
-}
-
-fn static_method(method: &axum::http::Method) -> Option<&'static str> {
-    use axum::http::Method;
-    Some(match *method {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::PATCH => "PATCH",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => return None,
-    })
-}
-
-/// The status code as text, for the codes the broker answers.
-fn static_status(status: axum::http::StatusCode) -> Option<&'static str> {
-    Some(match status.as_u16() {
-        200 => "200",
-        201 => "201",
-        202 => "202",
-        204 => "204",
-        206 => "206",
-        301 => "301",
-        302 => "302",
-        303 => "303",
-        304 => "304",
-        400 => "400",
-        401 => "401",
-        403 => "403",
-        404 => "404",
-        405 => "405",
-        408 => "408",
-        409 => "409",
-        410 => "410",
-        412 => "412",
-        413 => "413",
-        415 => "415",
-        422 => "422",
-        423 => "423",
-        429 => "429",
-        431 => "431",
-        500 => "500",
-        501 => "501",
-        502 => "502",
-        503 => "503",
-        504 => "504",
-        _ => return None,
-    })
 }
 
 #[derive(serde::Deserialize)]
