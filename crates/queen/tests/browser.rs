@@ -70,8 +70,33 @@ async fn browser(driver: &Driver) -> Client {
         .expect("a browser session")
 }
 
+/// The text of the element `id`. An htmx refresh may swap the element
+/// between finding it and reading it (a stale reference): find it again.
 async fn text(c: &Client, id: &str) -> String {
-    c.find(Locator::Id(id)).await.unwrap().text().await.unwrap()
+    for _ in 0..20 {
+        match c.find(Locator::Id(id)).await.unwrap().text().await {
+            Ok(text) => return text,
+            Err(e) if e.is_stale_element_reference() => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("reading #{id}: {e}"),
+        }
+    }
+    panic!("#{id} went stale twenty times in a row");
+}
+
+/// Clicks the element `css`, finding it again when a refresh swapped it.
+async fn click(c: &Client, css: &str) {
+    for _ in 0..20 {
+        match c.find(Locator::Css(css)).await.unwrap().click().await {
+            Ok(()) => return,
+            Err(e) if e.is_stale_element_reference() => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("clicking {css}: {e}"),
+        }
+    }
+    panic!("{css} went stale twenty times in a row");
 }
 
 /// Saves a screenshot of the current page when QUEEN_SCREENSHOTS names a directory.
@@ -162,7 +187,7 @@ async fn figures_refresh_live_and_retry_is_a_click() {
     c.goto(&b.url("/dashboard/dlq")).await.unwrap();
     assert_eq!(text(&c, "dlq-total").await, "1");
     screenshot(&c, "dead-letters").await;
-    c.find(Locator::Css("form[action='/dashboard/dlq/retry'] button")).await.unwrap().click().await.unwrap();
+    click(&c, "form[action='/dashboard/dlq/retry'] button").await;
     let mut total = String::new();
     for _ in 0..40 {
         if let Ok(el) = c.find(Locator::Id("dlq-total")).await {
