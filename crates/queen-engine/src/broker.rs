@@ -45,7 +45,10 @@ pub struct EngineOptions {
     pub kv_get_batch_slots: usize,
     /// Single-op KV writes that arrive together share one statement and
     /// one commit; this many such statements may run at once (0: every
-    /// write runs alone).
+    /// write runs alone). One is the default for writes too: everything
+    /// that arrives during a commit joins the next one, where a second
+    /// statement in flight splits the batch and adds a commit
+    /// (bench/README.md, "One slot per batcher").
     pub kv_write_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; this
     /// many such statements may run at once (at least 1).
@@ -84,9 +87,9 @@ impl Default for EngineOptions {
             kv_sweep_batch: 1000,
             cross_broker_wakeups: true,
             kv_get_batch_slots: 1,
-            kv_write_batch_slots: 4,
-            push_batch_slots: 4,
-            ack_batch_slots: 4,
+            kv_write_batch_slots: 1,
+            push_batch_slots: 1,
+            ack_batch_slots: 1,
             timer_sweep_interval: Some(Duration::from_millis(200)),
             timer_fire_batch: 500,
             timer_horizon: crate::timers::DEFAULT_TIMER_HORIZON,

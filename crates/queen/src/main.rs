@@ -187,16 +187,16 @@ struct ServeArgs {
     kv_get_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; at most this many such
     /// statements run at once.
-    #[arg(long, env = "QUEEN_PUSH_BATCH_SLOTS", default_value_t = 4)]
+    #[arg(long, env = "QUEEN_PUSH_BATCH_SLOTS", default_value_t = 1)]
     push_batch_slots: usize,
     /// Single-op KV writes (put, putIfAbsent, incr, delete, check) that arrive together share one
     /// statement and one commit; at most this many such statements run at once (0: every write
     /// runs alone).
-    #[arg(long, env = "QUEEN_KV_WRITE_BATCH_SLOTS", default_value_t = 4)]
+    #[arg(long, env = "QUEEN_KV_WRITE_BATCH_SLOTS", default_value_t = 1)]
     kv_write_batch_slots: usize,
     /// Concurrent ack requests share one statement and one commit; at most this many such
     /// statements run at once (0: every ack runs alone).
-    #[arg(long, env = "QUEEN_ACK_BATCH_SLOTS", default_value_t = 4)]
+    #[arg(long, env = "QUEEN_ACK_BATCH_SLOTS", default_value_t = 1)]
     ack_batch_slots: usize,
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
