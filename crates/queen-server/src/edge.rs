@@ -72,7 +72,7 @@ pub(crate) async fn edge(State(edge): State<Arc<Edge>>, mut req: Request, next: 
             id
         }
     };
-    let span = request_span(&req);
+    let span = request_span(&req, &id);
     let mut resp = measured(edge, req, next).instrument(span).await;
     resp.headers_mut().entry(X_REQUEST_ID.clone()).or_insert(id);
     resp
@@ -111,10 +111,10 @@ async fn checked(edge: &Edge, mut req: Request, next: Next) -> Response {
 
 /// One span per request, named by the route template and the request id;
 /// never the URI, so KV keys in path routes do not reach the logs.
-fn request_span(req: &Request) -> tracing::Span {
+fn request_span(req: &Request, id: &HeaderValue) -> tracing::Span {
     let route =
         req.extensions().get::<axum::extract::MatchedPath>().map(|p| p.as_str()).unwrap_or("unmatched");
-    let id = req.headers().get(&X_REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let id = id.to_str().unwrap_or_default();
     tracing::info_span!("request", method = %req.method(), route = %route, request_id = %id)
 }
 
