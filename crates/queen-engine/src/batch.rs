@@ -483,6 +483,18 @@ async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineErr
         let verdicts: Option<Vec<String>> = row.try_get(0)?;
         return Ok(verdicts.unwrap_or_default());
     }
+    if let Some(incrs) = IncrColumns::of(ops) {
+        let client = pool.get().await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/kv_incr_batch.sql")).await?;
+        let row = client
+            .query_one(
+                &stmt,
+                &[&incrs.ns, &incrs.key, &incrs.delta, &incrs.min, &incrs.max, &incrs.ttl, &incrs.forever],
+            )
+            .await?;
+        let verdicts: Option<Vec<String>> = row.try_get(0)?;
+        return Ok(verdicts.unwrap_or_default());
+    }
     let c = KvColumns::of(ops.iter().copied());
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/kv_write_batch.sql")).await?;
@@ -649,6 +661,64 @@ impl<'a> PutColumns<'a> {
             c.ttl.push(ttl);
             c.forever.push(forever);
             c.if_absent.push(if_absent);
+        }
+        Some(c)
+    }
+}
+
+/// The arrays of `kv_incr_batch.sql`: a batch of incrs on distinct keys whose
+/// first value (0 + delta) is within each member's own limits, so that only
+/// a live row can refuse. Limits too large for an i128 send the batch to
+/// `kv_write_rows`, which compares them in SQL.
+struct IncrColumns<'a> {
+    ns: Vec<&'a str>,
+    key: Vec<&'a str>,
+    delta: Vec<&'a str>,
+    min: Vec<Option<&'a str>>,
+    max: Vec<Option<&'a str>>,
+    ttl: Vec<Option<i64>>,
+    forever: Vec<Option<bool>>,
+}
+
+impl<'a> IncrColumns<'a> {
+    fn of(ops: &[&'a KvOp]) -> Option<Self> {
+        let mut c = IncrColumns {
+            ns: Vec::with_capacity(ops.len()),
+            key: Vec::with_capacity(ops.len()),
+            delta: Vec::with_capacity(ops.len()),
+            min: Vec::with_capacity(ops.len()),
+            max: Vec::with_capacity(ops.len()),
+            ttl: Vec::with_capacity(ops.len()),
+            forever: Vec::with_capacity(ops.len()),
+        };
+        let mut keys = std::collections::HashSet::with_capacity(ops.len());
+        for op in ops {
+            let KvOp::Incr { ns, key, delta, min, max, expiry, .. } = op else { return None };
+            if !keys.insert((ns.as_str(), key.as_str())) {
+                return None;
+            }
+            let first: i128 = delta.get().parse().ok()?;
+            if let Some(min) = min {
+                if first < min.get().parse::<i128>().ok()? {
+                    return None;
+                }
+            }
+            if let Some(max) = max {
+                if first > max.get().parse::<i128>().ok()? {
+                    return None;
+                }
+            }
+            let (ttl, forever) = match expiry {
+                Expiry::Ttl(s) => (Some(*s as i64), None),
+                Expiry::Forever => (None, Some(true)),
+            };
+            c.ns.push(ns);
+            c.key.push(key);
+            c.delta.push(delta.get());
+            c.min.push(min.as_deref().map(serde_json::value::RawValue::get));
+            c.max.push(max.as_deref().map(serde_json::value::RawValue::get));
+            c.ttl.push(ttl);
+            c.forever.push(forever);
         }
         Some(c)
     }

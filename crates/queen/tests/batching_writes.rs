@@ -388,6 +388,145 @@ async fn set_based_put_if_absent_batches_of_two_engines_keep_one_winner_per_key(
     }
 }
 
+/// Incrs on distinct keys take the set-based statement (kv_incr_batch.sql):
+/// each member's verdict is the one kv_incr gives alone, over every case a
+/// key can be in (live integer, live non-integer, live string, at its max,
+/// expired, absent), and the expiry rules hold (a live row keeps its own, an
+/// expired one starts over with the call's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn set_based_incr_batches_answer_each_member_as_kv_incr_would() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let sql = b.sql().await;
+    // The same rows in two namespaces: `b` for the batches, `s` for serial kv_incr calls.
+    for ns in ["b", "s"] {
+        sql.batch_execute(&format!(
+            "insert into queen.kv (ns, key, value, version, expires_at)
+             select '{ns}', k || i, v::jsonb, nextval('queen.kv_version_seq'), e
+               from generate_series(0, 5) i,
+                    (values ('live', '5', null::timestamptz), ('frac', '5.0', now() + interval '1 h'),
+                            ('str', '\"x\"', null), ('half', '1.5', null), ('atmax', '10', null),
+                            ('dead', '7', now() - interval '1 s')) r(k, v, e)"
+        ))
+        .await
+        .expect("seed");
+    }
+    // (key prefix, delta, min, max, expiry)
+    let cases = [
+        ("live", 1, None, None, json!({"forever": true})),
+        ("frac", 2, None, None, json!({"ttlSeconds": 60})),
+        ("str", 1, None, None, json!({"forever": true})),
+        ("half", 1, None, None, json!({"forever": true})),
+        ("atmax", 1, None, Some(10), json!({"forever": true})),
+        ("dead", 3, None, Some(5), json!({"ttlSeconds": 60})),
+        ("new", 4, Some(-1), Some(4), json!({"ttlSeconds": 60})),
+        ("down", -2, Some(-2), Some(0), json!({"forever": true})),
+    ];
+    let mut bodies = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..6 {
+        for (prefix, delta, min, max, expiry) in &cases {
+            let key = format!("{prefix}{i}");
+            let mut op = json!({"op": "incr", "ns": "b", "key": key, "delta": delta, "min": min, "max": max});
+            for (k, v) in expiry.as_object().expect("expiry") {
+                op[k] = v.clone();
+            }
+            bodies.push(json!([op]));
+            let row = sql
+                .query_one(
+                    "select queen.kv_incr('s', $1, $2::bigint::numeric, $3::bigint::numeric, $4::bigint::numeric,
+                                          $5, $6)::text",
+                    &[
+                        &key,
+                        &i64::from(*delta),
+                        &min.map(i64::from),
+                        &max.map(i64::from),
+                        &expiry["ttlSeconds"].as_i64(),
+                        &expiry["forever"].as_bool(),
+                    ],
+                )
+                .await
+                .expect("kv_incr");
+            let mut serial: Value = serde_json::from_str(row.get::<_, &str>(0)).expect("json");
+            serial.as_object_mut().expect("verdict").remove("version");
+            expected.push(serial);
+        }
+    }
+    let results: Vec<Value> = kv_all(&engine, bodies).await.into_iter().map(|r| r.expect("kv")).collect();
+    for (r, want) in results.iter().zip(&expected) {
+        for (k, v) in want.as_object().expect("verdict") {
+            assert_eq!(&r[k], v, "{k} of {r}, serial {want}");
+        }
+        let key = r["key"].as_str().expect("key");
+        let (version, long): (i64, Option<bool>) = {
+            let row = sql
+                .query_one(
+                    "select version, expires_at > now() + interval '50 s' from queen.kv where ns = 'b' and key = $1",
+                    &[&key],
+                )
+                .await
+                .expect("row");
+            (row.get(0), row.get(1))
+        };
+        assert_eq!(json!(version), r["version"], "the answer names the row's version: {r}");
+        if key.starts_with("frac") {
+            assert_eq!(long, Some(true), "a live row keeps its own expiry (an hour): {key}");
+        }
+        if key.starts_with("dead") || key.starts_with("new") {
+            assert_eq!(long, Some(true), "a fresh lineage takes the call's 60 s: {key}");
+        }
+    }
+    // The rows of both namespaces hold the same values and expiries.
+    let differ = b
+        .scalar(
+            "select count(*) from queen.kv x join queen.kv y on x.key = y.key and x.ns = 'b' and y.ns = 's'
+              where x.value <> y.value or (x.expires_at is null) <> (y.expires_at is null)",
+        )
+        .await;
+    assert_eq!(differ, 0);
+    assert!(engine.batch_sizes(BatchKind::KvWrite).count < 48, "nothing was batched");
+}
+
+/// Two brokers' batches of incr with max over the same distinct keys: no
+/// counter passes its max, every applied step is counted once, and a
+/// refusal names the counter at its max.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn set_based_incr_batches_of_two_engines_never_pass_max() {
+    let b = TestBroker::start().await;
+    let engines = [engine_with_slots(&b, 1), engine_with_slots(&b, 1)];
+    let mut applied = 0;
+    for _round in 0..4 {
+        let barrier = Arc::new(Barrier::new(64));
+        let tasks: Vec<_> = (0..64)
+            .map(|t| {
+                let (engine, barrier) = (engines[t % 2].clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let body = json!([{"op": "incr", "ns": "two", "key": format!("k{}", t / 2), "delta": 1,
+                                       "max": 5, "ttlSeconds": 600}]);
+                    let v: Value = serde_json::from_str(&engine.kv(&body.to_string()).await.expect("kv").0)
+                        .expect("json");
+                    v["results"][0].clone()
+                })
+            })
+            .collect();
+        for t in tasks {
+            let r = t.await.expect("task");
+            if r["applied"] == json!(true) {
+                applied += 1;
+            } else {
+                assert_eq!((r["reason"].clone(), r["value"].clone()), (json!("limit"), json!(5)), "{r}");
+            }
+        }
+    }
+    // 32 keys, one increment from each engine per round (so each engine's
+    // batch holds distinct keys), 8 in all per key, capped at 5.
+    assert_eq!(applied, 32 * 5);
+    let total = b.scalar("select sum((value #>> '{}')::bigint)::bigint from queen.kv where ns = 'two'").await;
+    assert_eq!(total, 32 * 5);
+    assert_eq!(deadlocks(&b).await, 0);
+}
+
 /// Pushes one message to each partition and pops them all under `group`.
 async fn leased(b: &TestBroker, engine: &Engine, queue: &str, partitions: usize, per: usize) -> Vec<Value> {
     for p in 0..partitions {
