@@ -4,8 +4,8 @@
 //! load the requests that arrived while every slot was busy go together,
 //! and PostgreSQL sees a few busy backends instead of one per client.
 //!
-//! Four batchers share one design ([`Batcher`]): KV gets, single-op KV
-//! writes, pushes and acks. Each member gets the answer a call of its own
+//! Five batchers share one design ([`Batcher`]): KV gets, single-op KV
+//! writes, pushes, acks and queue pops. Each member gets the answer a call of its own
 //! would have had, and only after the commit.
 
 use std::collections::VecDeque;
@@ -21,7 +21,7 @@ use crate::db::Pool;
 use crate::ack::{AckColumns, AckItem};
 use crate::kv::{get_element, write_one, Expect, Expiry, KvColumns, KvOp};
 use crate::push::{PushColumns, PushItem};
-use crate::{EngineError, Json};
+use crate::{EngineError, Json, PopRequest};
 
 /// Upper bounds of the batch-size buckets (requests per statement).
 pub const BATCH_SIZE_BOUNDS: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024];
@@ -79,11 +79,14 @@ pub enum BatchKind {
     Push,
     /// Ack requests.
     Ack,
+    /// Pops of one queue (not by namespace or task).
+    Pop,
 }
 
 impl BatchKind {
     /// Every kind, in the order the metrics list them.
-    pub const ALL: [BatchKind; 4] = [BatchKind::Push, BatchKind::Ack, BatchKind::KvGet, BatchKind::KvWrite];
+    pub const ALL: [BatchKind; 5] =
+        [BatchKind::Push, BatchKind::Ack, BatchKind::Pop, BatchKind::KvGet, BatchKind::KvWrite];
 
     /// The metrics label.
     pub fn label(self) -> &'static str {
@@ -92,6 +95,7 @@ impl BatchKind {
             BatchKind::KvWrite => "kv_write",
             BatchKind::Push => "push",
             BatchKind::Ack => "ack",
+            BatchKind::Pop => "pop",
         }
     }
 }
@@ -103,6 +107,7 @@ pub(crate) struct BatchStats {
     writes: SizeHistogram,
     pushes: SizeHistogram,
     acks: SizeHistogram,
+    pops: SizeHistogram,
 }
 
 impl BatchStats {
@@ -112,6 +117,7 @@ impl BatchStats {
             BatchKind::KvWrite => &self.writes,
             BatchKind::Push => &self.pushes,
             BatchKind::Ack => &self.acks,
+            BatchKind::Pop => &self.pops,
         }
     }
 }
@@ -369,6 +375,10 @@ const MAX_GETS: usize = 256;
 const MAX_WRITES: usize = 256;
 const MAX_PUSH_ITEMS: usize = 1000;
 const MAX_ACK_ITEMS: usize = 1000;
+/// Pops in one statement, and the messages they may ask for together: a
+/// batch holds its lanes' row locks until its commit, so it stays short.
+const MAX_POPS: usize = 64;
+const MAX_POP_MESSAGES: usize = 1000;
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// One key a get reads.
@@ -388,6 +398,10 @@ pub(crate) type PushBatcher = Batcher<Vec<PushItem>, Json>;
 
 /// Concurrent ack requests: one `queen.ack_requests` call, one commit.
 pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Json>;
+
+/// Concurrent pops of queues: one `queen.pop_requests` call, one commit.
+/// Answers are the SQL's text (sealed payloads still sealed).
+pub(crate) type PopBatcher = Batcher<PopRequest, Option<String>>;
 
 /// What a committed push tells the engine: the queues that got messages.
 pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
@@ -421,6 +435,22 @@ pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> Ac
     let budget =
         Budget { ceiling: [MAX_ACK_ITEMS, usize::MAX], cost: |items: &Vec<AckItem>| [items.len(), 0] };
     Batcher::start(slots, budget, BatchKind::Ack, stats, move |batch| run_acks(pool.clone(), batch))
+}
+
+pub(crate) fn start_pops(
+    pool: Pool,
+    slots: usize,
+    key_id: Option<String>,
+    stats: Arc<BatchStats>,
+) -> PopBatcher {
+    let budget = Budget {
+        ceiling: [MAX_POPS, MAX_POP_MESSAGES],
+        cost: |r: &PopRequest| [1, usize::try_from(r.batch).unwrap_or(0)],
+    };
+    let key_id: Option<Arc<str>> = key_id.map(Arc::from);
+    Batcher::start(slots, budget, BatchKind::Pop, stats, move |batch| {
+        run_pops(pool.clone(), key_id.clone(), batch)
+    })
 }
 
 async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) -> Answered {
@@ -840,4 +870,86 @@ mod tests {
         assert_eq!(lead.await.unwrap().unwrap(), 0);
         assert_eq!(seen.lock().unwrap().len(), 2);
     }
+}
+
+async fn run_pops(
+    pool: Pool,
+    key_id: Option<Arc<str>>,
+    batch: Vec<Waiting<PopRequest, Option<String>>>,
+) -> Answered {
+    let alone = |r: PopRequest| {
+        let (pool, key_id) = (pool.clone(), key_id.clone());
+        async move { pop_call(&pool, &r, key_id.as_deref()).await }
+    };
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
+    let requests: Vec<&PopRequest> = batch.iter().map(|w| &w.request).collect();
+    let outcome = pop_many(&pool, &requests, key_id.as_deref()).await;
+    drop(requests);
+    answer_batch(batch, outcome, alone).await
+}
+
+/// One `pop_api` call: one request's pop.
+pub(crate) async fn pop_call(
+    pool: &Pool,
+    r: &PopRequest,
+    key_id: Option<&str>,
+) -> Result<Option<String>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/pop.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[
+                &r.queue,
+                &r.partition,
+                &r.consumer_group,
+                &r.batch,
+                &r.partitions,
+                &r.lease_seconds,
+                &r.auto_ack,
+                &r.subscription_mode,
+                &r.subscription_from,
+                &key_id,
+            ],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// Several requests' pops in one statement: one answer per request.
+async fn pop_many(
+    pool: &Pool,
+    batch: &[&PopRequest],
+    key_id: Option<&str>,
+) -> Result<Vec<Option<String>>, EngineError> {
+    let queues: Vec<&str> = batch.iter().map(|r| r.queue.as_str()).collect();
+    let partitions: Vec<Option<&str>> = batch.iter().map(|r| r.partition.as_deref()).collect();
+    let groups: Vec<Option<&str>> = batch.iter().map(|r| r.consumer_group.as_deref()).collect();
+    let batches: Vec<i32> = batch.iter().map(|r| r.batch).collect();
+    let partition_counts: Vec<i32> = batch.iter().map(|r| r.partitions).collect();
+    let lease_seconds: Vec<Option<i32>> = batch.iter().map(|r| r.lease_seconds).collect();
+    let auto_acks: Vec<bool> = batch.iter().map(|r| r.auto_ack).collect();
+    let modes: Vec<Option<&str>> = batch.iter().map(|r| r.subscription_mode.as_deref()).collect();
+    let froms: Vec<Option<&str>> = batch.iter().map(|r| r.subscription_from.as_deref()).collect();
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/pop_batch.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[
+                &queues,
+                &partitions,
+                &groups,
+                &batches,
+                &partition_counts,
+                &lease_seconds,
+                &auto_acks,
+                &modes,
+                &froms,
+                &key_id,
+            ],
+        )
+        .await?;
+    let answers: Vec<Option<String>> = row.try_get(0)?;
+    Ok(answers)
 }

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
 use crate::batch::{
-    self, AckBatcher, BatchKind, BatchSizes, BatchStats, GetBatcher, PushBatcher, WriteBatcher,
+    self, AckBatcher, BatchKind, BatchSizes, BatchStats, GetBatcher, PopBatcher, PushBatcher, WriteBatcher,
 };
 use crate::ephemeral::Ephemeral;
 use crate::notifier::{self, Announcer, Waiters};
@@ -56,6 +56,11 @@ pub struct EngineOptions {
     /// Concurrent ack requests share one statement and one commit; this
     /// many such statements may run at once (0: every ack runs alone).
     pub ack_batch_slots: usize,
+    /// Concurrent pops of queues (not by namespace or task) share one
+    /// statement and one commit; this many such statements may run at
+    /// once (0: every pop runs alone). Pops skip locked lanes, so a batch
+    /// waits on no other.
+    pub pop_batch_slots: usize,
     /// The timer sweeper's tick: while timers are due it looks every tick;
     /// idle, it sleeps until the next due timer (at most 5 ticks), and a
     /// schedule on this engine wakes it. `None` disables it (another broker
@@ -90,6 +95,7 @@ impl Default for EngineOptions {
             kv_write_batch_slots: 1,
             push_batch_slots: 1,
             ack_batch_slots: 1,
+            pop_batch_slots: 1,
             timer_sweep_interval: Some(Duration::from_millis(200)),
             timer_fire_batch: 500,
             timer_horizon: crate::timers::DEFAULT_TIMER_HORIZON,
@@ -174,6 +180,7 @@ pub struct Engine {
     write_batcher: Option<WriteBatcher>,
     push_batcher: PushBatcher,
     ack_batcher: Option<AckBatcher>,
+    pop_batcher: Option<PopBatcher>,
     batch_stats: Arc<BatchStats>,
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
@@ -267,6 +274,10 @@ impl Engine {
             batch::start_pushes(pool.clone(), options.push_batch_slots, announce, batch_stats.clone());
         let ack_batcher = (options.ack_batch_slots > 0)
             .then(|| batch::start_acks(pool.clone(), options.ack_batch_slots, batch_stats.clone()));
+        let pop_batcher = (options.pop_batch_slots > 0).then(|| {
+            let key_id = options.encryption_key.as_ref().map(|k| k.id().to_owned());
+            batch::start_pops(pool.clone(), options.pop_batch_slots, key_id, batch_stats.clone())
+        });
         Ok(Engine {
             pool,
             waiters,
@@ -275,6 +286,7 @@ impl Engine {
             write_batcher,
             push_batcher,
             ack_batcher,
+            pop_batcher,
             batch_stats,
             shutdown,
             options,
@@ -484,29 +496,15 @@ impl Engine {
 
     /// One pop attempt; `None` when nothing is deliverable now.
     pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
-        // A pop by namespace/task names tags where a queue pop names its queue
-        // and partition; the rest of the call is the same.
-        let (sql, first, second): (&'static str, &(dyn ToSql + Sync), &(dyn ToSql + Sync)) =
-            if req.is_by_tag() {
-                (
-                    "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
+        let key_id = self.encryption_key().map(EncryptionKey::id);
+        let answer = if req.is_by_tag() {
+            // A pop by namespace/task names tags where a queue pop names its
+            // queue and partition; the rest of the call is the same.
+            self.call(
+                "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
+                &[
                     &req.namespace,
                     &req.task,
-                )
-            } else {
-                (
-                    "SELECT queen.pop_api($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
-                    &req.queue,
-                    &req.partition,
-                )
-            };
-        let key_id = self.encryption_key().map(EncryptionKey::id);
-        let answer = self
-            .call(
-                sql,
-                &[
-                    first,
-                    second,
                     &req.consumer_group,
                     &req.batch,
                     &req.partitions,
@@ -518,7 +516,15 @@ impl Engine {
                 ],
             )
             .await?
-            .map(Json);
+        } else {
+            let text = match &self.pop_batcher {
+                Some(batcher) => batcher.call(req.clone()).await?,
+                None => crate::batch::pop_call(&self.pool, req, key_id).await?,
+            };
+            // The answer may carry payloads sealed at rest.
+            text.map(|t| self.open_sealed(t)).transpose()?
+        };
+        let answer = answer.map(Json);
         if answer.is_some() {
             self.traffic_ref().popped();
         }

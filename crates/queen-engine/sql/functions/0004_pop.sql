@@ -50,6 +50,9 @@ BEGIN
   IF v_inserted IS NULL THEN
     RETURN;
   END IF;
+  -- Tells a batch of pops (queen.pop_requests) that its commit fixes a
+  -- group's start and must wait for the flush.
+  PERFORM set_config('queen.group_registered', 'on', true);
 
   SELECT id INTO v_qid FROM queen.queues WHERE name = p_queue FOR NO KEY UPDATE;
   IF v_qid IS NULL THEN

@@ -565,6 +565,46 @@ BEGIN
                    p_sub_mode, p_sub_from);
 END $$;
 
+-- Several queue pops in one statement and one commit (batch.rs): each
+-- member runs as queen.pop_api would alone, in arrival order, so members
+-- on one lane see each other as serial pops would (a leased lane gives the
+-- next member nothing; an auto-acked one gives it the following messages).
+-- Answers are index-aligned with the arrays, NULL where a member got
+-- nothing. A member's error (bad input, a key mismatch) fails the
+-- statement, and the engine then runs each member alone.
+--
+-- The commit waits for the flush unless every member only took leases:
+-- queen.pop switches the flush off for the first leasing member (see
+-- there), so the setting this call found is put back when any member
+-- auto-acked or registered a group.
+CREATE OR REPLACE FUNCTION queen.pop_requests(
+  p_queues text[], p_partitions text[], p_groups text[], p_batches integer[], p_partition_counts integer[],
+  p_lease_seconds integer[], p_auto_acks boolean[], p_sub_modes text[], p_sub_froms text[], p_key_id text)
+RETURNS text[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_answers text[] := '{}';
+  v_flush text := current_setting('synchronous_commit');
+  v_auto_acked boolean := false;
+BEGIN
+  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
+    RETURN array_fill(NULL::text, ARRAY[cardinality(p_queues)]);
+  END IF;
+  FOR i IN 1 .. cardinality(p_queues) LOOP
+    IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queues[i] AND q.encryption_key_id IS NOT NULL
+                  AND q.encryption_key_id IS DISTINCT FROM p_key_id) THEN
+      PERFORM queen.encryption_key_mismatch(p_queues[i]);
+    END IF;
+    v_answers := v_answers || queen.pop(p_queues[i], p_partitions[i], p_groups[i], p_batches[i],
+      p_partition_counts[i], p_lease_seconds[i], p_auto_acks[i], p_sub_modes[i], p_sub_froms[i])::text;
+    v_auto_acked := v_auto_acked OR p_auto_acks[i];
+  END LOOP;
+  IF v_auto_acked OR current_setting('queen.group_registered', true) = 'on' THEN
+    PERFORM set_config('synchronous_commit', v_flush, true);
+  END IF;
+  RETURN v_answers;
+END $$;
+
 -- GET /api/v1/pop?namespace=&task=: a pop from the queues carrying that
 -- namespace and/or task (configure sets them). Higher `priority` first;
 -- among equals a random order, so a busy queue cannot starve its peers.

@@ -1,0 +1,234 @@
+//! The pop batcher: concurrent pops of queues share one statement and one
+//! commit (`queen.pop_requests`), and each member gets what a pop of its own,
+//! run serially in arrival order, would have got. One batch slot forces the
+//! pops in flight into few batches.
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use common::{all_at_once, db_config, TestBroker};
+use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
+use serde_json::Value;
+
+fn pop_batching_engine(b: &TestBroker) -> Arc<Engine> {
+    let options = EngineOptions { pop_batch_slots: 1, kv_sweep_interval: None, ..EngineOptions::default() };
+    Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"))
+}
+
+async fn pop_all(engine: &Arc<Engine>, requests: Vec<PopRequest>) -> Vec<Result<Option<Value>, EngineError>> {
+    all_at_once(requests, |req| {
+        let engine = engine.clone();
+        async move {
+            engine.pop(&req).await.map(|a| a.map(|j| serde_json::from_str::<Value>(&j.0).expect("json")))
+        }
+    })
+    .await
+}
+
+/// Pushes `per` messages to each of `partitions` partitions of `queue`,
+/// transaction ids `<partition>-<n>` in order.
+async fn fill(engine: &Engine, queue: &str, partitions: usize, per: usize) {
+    for p in 0..partitions {
+        let items: Vec<Value> = (0..per)
+            .map(|n| {
+                serde_json::json!({"queue": queue, "partition": format!("p{p}"),
+                                        "transactionId": format!("p{p}-{n}"), "payload": {"n": n}})
+            })
+            .collect();
+        engine.push(&Value::Array(items).to_string()).await.expect("push");
+    }
+}
+
+fn pop_of(queue: &str, batch: i32, auto_ack: bool) -> PopRequest {
+    PopRequest { queue: queue.into(), batch, partitions: 1, auto_ack, ..PopRequest::default() }
+}
+
+fn transaction_ids(answer: &Value) -> Vec<String> {
+    answer["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| m["transactionId"].as_str().expect("transactionId").to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_pops_of_one_lane_in_batches_lease_it_to_exactly_one() {
+    let b = TestBroker::start().await;
+    let engine = pop_batching_engine(&b);
+    fill(&engine, "one-lane", 1, 10).await;
+    let answers = pop_all(&engine, (0..64).map(|_| pop_of("one-lane", 10, false)).collect()).await;
+    let delivered: Vec<&Value> =
+        answers.iter().map(|a| a.as_ref().expect("pop")).filter_map(Option::as_ref).collect();
+    assert_eq!(delivered.len(), 1, "one lease on the lane, the other pops get nothing: {answers:?}");
+    let ids = transaction_ids(delivered[0]);
+    assert_eq!(ids, (0..10).map(|n| format!("p0-{n}")).collect::<Vec<_>>(), "the lane in offset order");
+    let lease = delivered[0]["leaseId"].as_str().expect("leaseId");
+    assert!(!lease.is_empty());
+    assert_eq!(
+        b.scalar(&format!("select count(*) from queen.cursors where lease_id = '{lease}'")).await,
+        1,
+        "the winner's lease is the one stored"
+    );
+    let sizes = engine.batch_sizes(BatchKind::Pop);
+    assert_eq!(sizes.sum, 64);
+    assert!(sizes.count < 64, "{} statements for 64 pops: nothing was batched", sizes.count);
+    assert_eq!(sizes.retried, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_auto_ack_pops_deliver_every_message_once_in_lane_order() {
+    let b = TestBroker::start().await;
+    let engine = pop_batching_engine(&b);
+    fill(&engine, "drain", 4, 60).await;
+    let mut seen: HashSet<String> = HashSet::new();
+    for _round in 0..20 {
+        let answers = pop_all(&engine, (0..48).map(|_| pop_of("drain", 3, true)).collect()).await;
+        for a in answers {
+            let Some(a) = a.expect("pop") else { continue };
+            let partition = a["partition"].as_str().expect("partition").to_owned();
+            let mut offsets = Vec::new();
+            for tx in transaction_ids(&a) {
+                let (p, n) = tx.split_once('-').expect("id");
+                assert_eq!(p, partition, "a message of another lane");
+                offsets.push(n.parse::<i64>().expect("n"));
+                assert!(seen.insert(tx.clone()), "{tx} delivered twice");
+            }
+            // Each pop takes the lane's next messages, in offset order.
+            assert!(offsets.windows(2).all(|w| w[1] == w[0] + 1), "lane {partition}: {offsets:?}");
+        }
+        if seen.len() == 240 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 240, "every message is delivered");
+    assert_eq!(
+        b.scalar(
+            "select count(*) from queen.cursors c join queen.partitions p on p.id = c.partition_id \
+                  where c.next_seq <> p.next_seq"
+        )
+        .await,
+        0,
+        "every cursor is at its lane's end"
+    );
+    assert!(engine.batch_sizes(BatchKind::Pop).count < engine.batch_sizes(BatchKind::Pop).sum);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pop_batch_with_a_bad_member_answers_the_others_and_refuses_only_it() {
+    let b = TestBroker::start().await;
+    let engine = pop_batching_engine(&b);
+    fill(&engine, "poison", 16, 1).await;
+    // Member 9 registers a new group with a start the database refuses; the
+    // others pop queue mode. The statement fails as a whole, so each member
+    // runs alone.
+    let requests: Vec<PopRequest> = (0..24)
+        .map(|i| {
+            if i == 9 {
+                PopRequest {
+                    consumer_group: Some("late".into()),
+                    subscription_from: Some("not a time".into()),
+                    ..pop_of("poison", 1, false)
+                }
+            } else {
+                pop_of("poison", 1, false)
+            }
+        })
+        .collect();
+    let answers = pop_all(&engine, requests).await;
+    let mut delivered = 0;
+    for (i, a) in answers.iter().enumerate() {
+        if i == 9 {
+            match a {
+                Err(EngineError::Rejected { status: 400, body }) => {
+                    assert!(body.contains("subscriptionFrom"), "{body}")
+                }
+                other => panic!("the bad member is refused alone: {other:?}"),
+            }
+        } else if a.as_ref().expect("a good member").is_some() {
+            delivered += 1;
+        }
+    }
+    assert_eq!(delivered, 16, "one lease per lane, whatever the batches");
+    assert_eq!(b.scalar("select count(*) from queen.consumer_groups where name = 'late'").await, 0);
+    assert!(engine.batch_sizes(BatchKind::Pop).retried >= 1, "the poisoned batch ran member by member");
+}
+
+/// A batch of leasing pops commits without waiting for the flush, as a lone
+/// one does; a member that moves a cursor (auto-ack) or registers a group
+/// makes the whole commit wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pop_batch_waits_for_the_flush_when_any_member_needs_it() {
+    let b = TestBroker::start().await;
+    let engine = pop_batching_engine(&b);
+    fill(&engine, "flush", 4, 4).await;
+    // Registers queue mode (the registering pop is durable), so that the
+    // cases below register nothing unless they name a new group.
+    engine.pop(&pop_of("flush", 1, false)).await.expect("pop");
+    let client = b.sql().await;
+    let cases: [(&str, &[bool], &[&str], &str); 4] = [
+        ("two leases", &[false, false], &["", ""], "off"),
+        ("a lease, then an auto-ack", &[false, true], &["", ""], "on"),
+        ("an auto-ack, then a lease", &[true, false], &["", ""], "on"),
+        ("a lease, then a registration", &[false, false], &["", "new-group"], "on"),
+    ];
+    for (case, auto_acks, groups, flush) in cases {
+        let tx = client.simple_query("begin").await.map(|_| ());
+        tx.expect("begin");
+        let queues = vec!["flush"; auto_acks.len()];
+        let groups: Vec<Option<&str>> = groups.iter().map(|g| (!g.is_empty()).then_some(*g)).collect();
+        let n = auto_acks.len();
+        let row = client
+            .query_one(
+                include_str!("../../queen-engine/sql/statements/pop_batch.sql"),
+                &[
+                    &queues,
+                    &vec![None::<&str>; n],
+                    &groups,
+                    &vec![1i32; n],
+                    &vec![1i32; n],
+                    &vec![None::<i32>; n],
+                    &auto_acks.to_vec(),
+                    &vec![None::<&str>; n],
+                    &vec![None::<&str>; n],
+                    &None::<&str>,
+                ],
+            )
+            .await
+            .expect("pop_requests");
+        let answers: Vec<Option<String>> = row.get(0);
+        assert_eq!(answers.len(), n, "{case}");
+        assert!(answers[0].is_some(), "{case}: the first member delivers");
+        let setting: String =
+            client.query_one("select current_setting('synchronous_commit')", &[]).await.expect("show").get(0);
+        assert_eq!(setting, flush, "{case}");
+        client.simple_query("rollback").await.expect("rollback");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_pops_of_two_groups_each_see_every_message() {
+    let b = TestBroker::start().await;
+    let engine = pop_batching_engine(&b);
+    fill(&engine, "groups", 8, 5).await;
+    let mut seen: HashMap<String, HashSet<String>> = HashMap::new();
+    for _round in 0..10 {
+        let requests: Vec<PopRequest> = (0..32)
+            .map(|i| {
+                let group = if i % 2 == 0 { "a" } else { "b" };
+                PopRequest { consumer_group: Some(group.into()), ..pop_of("groups", 5, true) }
+            })
+            .collect();
+        for a in pop_all(&engine, requests).await {
+            let Some(a) = a.expect("pop") else { continue };
+            let group = a["consumerGroup"].as_str().expect("group").to_owned();
+            for tx in transaction_ids(&a) {
+                assert!(seen.entry(group.clone()).or_default().insert(tx.clone()), "{group} saw {tx} twice");
+            }
+        }
+    }
+    for group in ["a", "b"] {
+        assert_eq!(seen.get(group).map(HashSet::len), Some(40), "group {group} sees every message");
+    }
+}
