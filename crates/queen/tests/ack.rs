@@ -296,3 +296,77 @@ async fn a_nack_on_one_partition_does_not_clamp_another() {
     let again = b.pop_some("twolanes", "batch=10&partitions=2").await;
     assert_eq!(tx_ids(&again), ["b-0", "b-1"], "only lane b redelivers");
 }
+
+/// `ack_rows` answers one completed item on a short path; each of its
+/// verdicts must be the general path's, byte for byte, with the same cursor
+/// after it. The general path runs when a ghost item rides along (it never
+/// touches the cursor); each case runs in a transaction that rolls back.
+#[tokio::test]
+async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_does() {
+    let b = TestBroker::start().await;
+    b.push_txids("short", "Default", &txids("t", 4)).await;
+    let m = msgs(&b.pop_some("short", "batch=3").await);
+    let (pid, lease) = (m[0]["partitionId"].as_str().unwrap(), m[0]["leaseId"].as_str().unwrap());
+    let wrong = uuid::Uuid::new_v4().to_string();
+    let client = b.sql().await;
+    // Acks m[0] for good, so that a re-ack of it lands below the cursor.
+    assert_eq!(b.ack(&m[0], "completed", None).await["success"], true);
+    // (case, transaction id, lease sent, lent lease, an expired lease first)
+    let cases: [(&str, &str, Option<&str>, Option<&str>, bool); 8] = [
+        ("in range, the batch's end not reached", "t-1", Some(lease), None, false),
+        ("in range, the batch's end reached", "t-2", Some(lease), None, false),
+        ("below the cursor", "t-0", Some(lease), None, false),
+        ("never pushed", "ghost-x", Some(lease), None, false),
+        ("past the leased batch (t-3), under the lease", "t-3", Some(lease), None, false),
+        ("a wrong lease", "t-1", Some(&wrong), None, false),
+        ("an expired lease", "t-1", Some(lease), None, true),
+        ("lease-less, lent the lease", "t-2", Some(""), Some(lease), false),
+    ];
+    let state = "SELECT next_seq, retry_count::bigint, lease_id::text, batch_end FROM queen.cursors";
+    for (case, txid, sent, lent, expire) in cases {
+        let mut answers = Vec::new();
+        let mut cursors = Vec::new();
+        for with_ghost in [false, true] {
+            client.batch_execute("BEGIN").await.unwrap();
+            if expire {
+                client
+                    .batch_execute("UPDATE queen.cursors SET lease_expires_at = now() - interval '1 s'")
+                    .await
+                    .unwrap();
+            }
+            let mut txids = vec![txid.to_owned()];
+            if with_ghost {
+                txids.push("ghost-rider".into());
+            }
+            let n = txids.len();
+            let pid: uuid::Uuid = pid.parse().unwrap();
+            let row = client
+                .query_one(
+                    "SELECT queen.ack_rows($1, $2, $3, $4, $5, $6, NULL, $7)::text",
+                    &[
+                        &txids,
+                        &vec![pid; n],
+                        &vec!["completed"; n],
+                        &vec![None::<&str>; n],
+                        &vec![sent; n],
+                        &vec!["__QUEUE_MODE__"; n],
+                        &lent,
+                    ],
+                )
+                .await
+                .unwrap();
+            let answer: Value = serde_json::from_str(&row.get::<_, String>(0)).unwrap();
+            answers.push(answer[0].to_string());
+            let c = client.query_one(state, &[]).await.unwrap();
+            cursors.push((
+                c.get::<_, i64>(0),
+                c.get::<_, i64>(1),
+                c.get::<_, Option<String>>(2),
+                c.get::<_, Option<i64>>(3),
+            ));
+            client.batch_execute("ROLLBACK").await.unwrap();
+        }
+        assert_eq!(answers[0], answers[1], "{case}: the answers differ");
+        assert_eq!(cursors[0], cursors[1], "{case}: the cursors differ");
+    }
+}

@@ -75,12 +75,19 @@ BEGIN
            WITH ORDINALITY e(x, n);
   END IF;
 
+  -- A bundle with only KV ops has no slots: its answer is the KV results
+  -- (the statements below would each pay an executor start-up for nothing).
+  IF p_slot_count = 0 THEN
+    RETURN json_build_object('transactionId', p_tx_id, 'success', true, 'results', v_kv::jsonb || v_timers);
+  END IF;
   v_results := array_fill(NULL::jsonb, ARRAY[greatest(p_slot_count, 1)]);
-  FOR r IN SELECT e.x, e.n FROM json_array_elements(v_push) WITH ORDINALITY e(x, n) LOOP
-    v_results[p_push_slots[r.n] + 1] := jsonb_build_object('index', p_push_slots[r.n], 'type', 'push',
-      'success', true, 'transactionId', r.x ->> 'transaction_id', 'messageId', r.x ->> 'message_id',
-      'queueName', r.x ->> 'queueName');
-  END LOOP;
+  IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
+    FOR r IN SELECT e.x, e.n FROM json_array_elements(v_push) WITH ORDINALITY e(x, n) LOOP
+      v_results[p_push_slots[r.n] + 1] := jsonb_build_object('index', p_push_slots[r.n], 'type', 'push',
+        'success', true, 'transactionId', r.x ->> 'transaction_id', 'messageId', r.x ->> 'message_id',
+        'queueName', r.x ->> 'queueName');
+    END LOOP;
+  END IF;
   FOR r IN SELECT e.x, e.n FROM json_array_elements(v_ack) WITH ORDINALITY e(x, n) LOOP
     v_results[p_ack_slots[r.n] + 1] := jsonb_build_object('index', p_ack_slots[r.n], 'type', 'ack',
       'success', true, 'transactionId', r.x ->> 'transactionId', 'error', NULL,
