@@ -312,7 +312,8 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
     // Acks m[0] for good, so that a re-ack of it lands below the cursor.
     assert_eq!(b.ack(&m[0], "completed", None).await["success"], true);
     // (case, transaction id, lease sent, lent lease, an expired lease first)
-    let cases: [(&str, &str, Option<&str>, Option<&str>, bool); 8] = [
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, Option<&'a str>, bool);
+    let cases: [Case; 8] = [
         ("in range, the batch's end not reached", "t-1", Some(lease), None, false),
         ("in range, the batch's end reached", "t-2", Some(lease), None, false),
         ("below the cursor", "t-0", Some(lease), None, false),
