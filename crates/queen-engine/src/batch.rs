@@ -4,8 +4,9 @@
 //! load the requests that arrived while every slot was busy go together,
 //! and PostgreSQL sees a few busy backends instead of one per client.
 //!
-//! Five batchers share one design ([`Batcher`]): KV gets, single-op KV
-//! writes, pushes, acks and queue pops. Each member gets the answer a call of its own
+//! Six batchers share one design ([`Batcher`]): KV gets, single-op KV
+//! writes, pushes, acks, queue pops and transaction bundles of acks and
+//! KV ops. Each member gets the answer a call of its own
 //! would have had, and only after the commit.
 
 use std::collections::VecDeque;
@@ -21,6 +22,7 @@ use crate::db::Pool;
 use crate::ack::{AckColumns, AckItem};
 use crate::kv::{get_element, write_one, Expect, Expiry, KvColumns, KvOp};
 use crate::push::{PushColumns, PushItem};
+use crate::transaction::{plain_bundle_call, plain_bundles_call, Bundle};
 use crate::{EngineError, Json, PopRequest};
 
 /// Upper bounds of the batch-size buckets (requests per statement).
@@ -81,12 +83,20 @@ pub enum BatchKind {
     Ack,
     /// Pops of one queue (not by namespace or task).
     Pop,
+    /// Transaction bundles of acks and KV ops (no pushes, no timers).
+    Transaction,
 }
 
 impl BatchKind {
     /// Every kind, in the order the metrics list them.
-    pub const ALL: [BatchKind; 5] =
-        [BatchKind::Push, BatchKind::Ack, BatchKind::Pop, BatchKind::KvGet, BatchKind::KvWrite];
+    pub const ALL: [BatchKind; 6] = [
+        BatchKind::Push,
+        BatchKind::Ack,
+        BatchKind::Pop,
+        BatchKind::Transaction,
+        BatchKind::KvGet,
+        BatchKind::KvWrite,
+    ];
 
     /// The metrics label.
     pub fn label(self) -> &'static str {
@@ -96,6 +106,7 @@ impl BatchKind {
             BatchKind::Push => "push",
             BatchKind::Ack => "ack",
             BatchKind::Pop => "pop",
+            BatchKind::Transaction => "transaction",
         }
     }
 }
@@ -108,6 +119,7 @@ pub(crate) struct BatchStats {
     pushes: SizeHistogram,
     acks: SizeHistogram,
     pops: SizeHistogram,
+    bundles: SizeHistogram,
 }
 
 impl BatchStats {
@@ -118,6 +130,7 @@ impl BatchStats {
             BatchKind::Push => &self.pushes,
             BatchKind::Ack => &self.acks,
             BatchKind::Pop => &self.pops,
+            BatchKind::Transaction => &self.bundles,
         }
     }
 }
@@ -379,6 +392,9 @@ const MAX_ACK_ITEMS: usize = 1000;
 /// batch holds its lanes' row locks until its commit, so it stays short.
 const MAX_POPS: usize = 64;
 const MAX_POP_MESSAGES: usize = 1000;
+/// Bundles in one statement, and their acks and KV ops together.
+const MAX_BUNDLES: usize = 64;
+const MAX_BUNDLE_ITEMS: usize = 1000;
 const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// One key a get reads.
@@ -402,6 +418,11 @@ pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Json>;
 /// Concurrent pops of queues: one `queen.pop_requests` call, one commit.
 /// Answers are the SQL's text (sealed payloads still sealed).
 pub(crate) type PopBatcher = Batcher<PopRequest, Option<String>>;
+
+/// Concurrent bundles of acks and KV ops: one `queen.transaction_requests`
+/// call, one commit; a refused bundle fails the statement, and then each
+/// bundle runs alone (all-or-nothing per bundle, no subtransaction).
+pub(crate) type BundleBatcher = Batcher<Bundle, Json>;
 
 /// What a committed push tells the engine: the queues that got messages.
 pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
@@ -451,6 +472,33 @@ pub(crate) fn start_pops(
     Batcher::start(slots, budget, BatchKind::Pop, stats, move |batch| {
         run_pops(pool.clone(), key_id.clone(), batch)
     })
+}
+
+pub(crate) fn start_bundles(
+    pool: Pool,
+    slots: usize,
+    max_read: i64,
+    stats: Arc<BatchStats>,
+) -> BundleBatcher {
+    let budget = Budget {
+        ceiling: [MAX_BUNDLES, MAX_BUNDLE_ITEMS],
+        cost: |b: &Bundle| [1, b.acks.len() + b.kv.len()],
+    };
+    Batcher::start(slots, budget, BatchKind::Transaction, stats, move |batch| {
+        run_bundles(pool.clone(), max_read, batch)
+    })
+}
+
+async fn run_bundles(pool: Pool, max_read: i64, batch: Vec<Waiting<Bundle, Json>>) -> Answered {
+    let alone = |b: Bundle| {
+        let pool = pool.clone();
+        async move { plain_bundle_call(&pool, &b, max_read).await }
+    };
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
+    let bundles: Vec<&Bundle> = batch.iter().map(|w| &w.request).collect();
+    let outcome = plain_bundles_call(&pool, &bundles, max_read).await;
+    drop(bundles);
+    answer_batch(batch, outcome, alone).await
 }
 
 async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) -> Answered {

@@ -10,7 +10,8 @@ use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
 use crate::batch::{
-    self, AckBatcher, BatchKind, BatchSizes, BatchStats, GetBatcher, PopBatcher, PushBatcher, WriteBatcher,
+    self, AckBatcher, BatchKind, BatchSizes, BatchStats, BundleBatcher, GetBatcher, PopBatcher, PushBatcher,
+    WriteBatcher,
 };
 use crate::ephemeral::Ephemeral;
 use crate::notifier::{self, Announcer, Waiters};
@@ -61,6 +62,10 @@ pub struct EngineOptions {
     /// once (0: every pop runs alone). Pops skip locked lanes, so a batch
     /// waits on no other.
     pub pop_batch_slots: usize,
+    /// Concurrent transaction bundles of acks and KV ops (no pushes, no
+    /// timers) share one statement and one commit; this many such
+    /// statements may run at once (0: every bundle runs alone).
+    pub transaction_batch_slots: usize,
     /// The timer sweeper's tick: while timers are due it looks every tick;
     /// idle, it sleeps until the next due timer (at most 5 ticks), and a
     /// schedule on this engine wakes it. `None` disables it (another broker
@@ -96,6 +101,7 @@ impl Default for EngineOptions {
             push_batch_slots: 1,
             ack_batch_slots: 1,
             pop_batch_slots: 1,
+            transaction_batch_slots: 1,
             timer_sweep_interval: Some(Duration::from_millis(200)),
             timer_fire_batch: 500,
             timer_horizon: crate::timers::DEFAULT_TIMER_HORIZON,
@@ -181,6 +187,7 @@ pub struct Engine {
     push_batcher: PushBatcher,
     ack_batcher: Option<AckBatcher>,
     pop_batcher: Option<PopBatcher>,
+    bundle_batcher: Option<BundleBatcher>,
     batch_stats: Arc<BatchStats>,
     shutdown: watch::Sender<bool>,
     options: EngineOptions,
@@ -278,6 +285,10 @@ impl Engine {
             let key_id = options.encryption_key.as_ref().map(|k| k.id().to_owned());
             batch::start_pops(pool.clone(), options.pop_batch_slots, key_id, batch_stats.clone())
         });
+        let bundle_batcher = (options.transaction_batch_slots > 0).then(|| {
+            let max_read = options.kv_max_read_bytes;
+            batch::start_bundles(pool.clone(), options.transaction_batch_slots, max_read, batch_stats.clone())
+        });
         Ok(Engine {
             pool,
             waiters,
@@ -287,6 +298,7 @@ impl Engine {
             push_batcher,
             ack_batcher,
             pop_batcher,
+            bundle_batcher,
             batch_stats,
             shutdown,
             options,
@@ -355,6 +367,10 @@ impl Engine {
 
     pub(crate) fn ack_batcher(&self) -> Option<&AckBatcher> {
         self.ack_batcher.as_ref()
+    }
+
+    pub(crate) fn bundle_batcher(&self) -> Option<&BundleBatcher> {
+        self.bundle_batcher.as_ref()
     }
 
     /// How many requests each statement of a batcher carried so far (the

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::value::RawValue;
 
 use crate::ack::{self, AckColumns, AckItem};
+use crate::db::Pool;
 use crate::kv::{KvColumns, KvOp};
 use crate::kv_decode::{decode_call, kv_reject};
 use crate::push::{self, PushColumns, PushItem};
@@ -158,9 +159,21 @@ impl Engine {
         self.transaction_bundle(bundle).await
     }
 
-    /// Applies a checked bundle in one commit.
+    /// Applies a checked bundle in one commit. A bundle of acks and KV ops
+    /// only (no pushes, no timers) goes through the bundle batcher, where
+    /// concurrent ones share a statement and a commit.
     pub async fn transaction_bundle(&self, bundle: Bundle) -> Result<Json, EngineError> {
-        match self.bundle_sealed(&bundle).await {
+        let answer = match self.bundle_batcher() {
+            Some(batcher) if bundle.batchable() => {
+                let (pushed, acked) = (0, bundle.acks.len());
+                let answer = batcher.call(bundle).await?;
+                self.traffic_ref().pushed(pushed);
+                self.traffic_ref().acked(acked);
+                return Ok(answer);
+            }
+            _ => self.bundle_sealed(&bundle).await,
+        };
+        match answer {
             // Rolled back whole: learn the queue's encryption flag and send it again.
             Err(EngineError::EncryptionChanged(queues)) => {
                 self.refresh_sealed(&queues).await?;
@@ -175,47 +188,15 @@ impl Engine {
             return Err(wire::bad_request("timers", "holds more than 64 timer operations"));
         }
         timers::check_ops(&bundle.timers, self.timer_horizon())?;
-        let tx_id = uuid::Uuid::new_v4().to_string();
         let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.iter().cloned().unzip();
         let items = self.seal_items(&items)?;
         let mut queues: Vec<String> = items.iter().map(|i| i.queue.clone()).collect();
         let push = PushColumns::of(items.iter());
-        let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.iter().cloned().unzip();
-        let acks = AckColumns::of(&ack_items);
-        let kv = KvColumns::of(&bundle.kv);
         let timer_ops = self.seal_timer_ops(&bundle.timers)?;
         let timer_columns = TimerColumns::of(&timer_ops);
-        let max_read = self.kv_max_read_bytes();
-        let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-            &tx_id,
-            &bundle.lent_lease,
-            &max_read,
-            &bundle.slots,
-            &push_slots,
-            &push.queues,
-            &push.partitions,
-            &push.transaction_ids,
-            &push.trace_ids,
-            &push.payloads,
-            &ack_slots,
-            &acks.transaction_ids,
-            &acks.partition_ids,
-            &acks.statuses,
-            &acks.errors,
-            &acks.lease_ids,
-            &acks.groups,
-        ];
-        params.extend(kv.params());
-        params.extend(timer_columns.params());
-        let subs = push.subs();
-        params.push(&subs);
-        let client = self.pool().get().await?;
-        let stmt = client.prepare_cached(include_str!("../sql/statements/transaction.sql")).await?;
-        let row = client.query_one(&stmt, &params).await?;
-        drop(client);
-        let answer: Option<String> = row.try_get(0)?;
         let answer =
-            answer.map(Json).ok_or_else(|| EngineError::Protocol("transaction answered NULL".into()))?;
+            bundle_call(self.pool(), bundle, &push_slots, &push, &timer_columns, self.kv_max_read_bytes())
+                .await?;
         queues.sort();
         queues.dedup();
         self.announce_pushes(queues);
@@ -226,6 +207,124 @@ impl Engine {
         self.traffic_ref().acked(bundle.acks.len());
         Ok(answer)
     }
+}
+
+impl Bundle {
+    /// Acks and KV ops only: nothing to seal, announce or wake after the
+    /// commit, and no partition lock to order, so it may share a statement.
+    pub(crate) fn batchable(&self) -> bool {
+        self.pushes.is_empty() && self.timers.is_empty()
+    }
+}
+
+/// One `transaction_rows` call; the push items already sealed where their
+/// queues need it, and the timer ops as columns.
+pub(crate) async fn bundle_call(
+    pool: &Pool,
+    bundle: &Bundle,
+    push_slots: &[i32],
+    push: &PushColumns<'_>,
+    timer_columns: &TimerColumns,
+    max_read: i64,
+) -> Result<Json, EngineError> {
+    let tx_id = uuid::Uuid::new_v4().to_string();
+    let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.iter().cloned().unzip();
+    let acks = AckColumns::of(&ack_items);
+    let kv = KvColumns::of(&bundle.kv);
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &tx_id,
+        &bundle.lent_lease,
+        &max_read,
+        &bundle.slots,
+        &push_slots,
+        &push.queues,
+        &push.partitions,
+        &push.transaction_ids,
+        &push.trace_ids,
+        &push.payloads,
+        &ack_slots,
+        &acks.transaction_ids,
+        &acks.partition_ids,
+        &acks.statuses,
+        &acks.errors,
+        &acks.lease_ids,
+        &acks.groups,
+    ];
+    params.extend(kv.params());
+    params.extend(timer_columns.params());
+    let subs = push.subs();
+    params.push(&subs);
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/transaction.sql")).await?;
+    let row = client.query_one(&stmt, &params).await?;
+    drop(client);
+    let answer: Option<String> = row.try_get(0)?;
+    answer.map(Json).ok_or_else(|| EngineError::Protocol("transaction answered NULL".into()))
+}
+
+/// A bundle of acks and KV ops alone (a batch of one, or a member of a
+/// batch that failed as a whole).
+pub(crate) async fn plain_bundle_call(
+    pool: &Pool,
+    bundle: &Bundle,
+    max_read: i64,
+) -> Result<Json, EngineError> {
+    let push = PushColumns::of(std::iter::empty());
+    bundle_call(pool, bundle, &[], &push, &TimerColumns::default(), max_read).await
+}
+
+/// Several bundles of acks and KV ops in one statement: one answer per bundle.
+pub(crate) async fn plain_bundles_call(
+    pool: &Pool,
+    bundles: &[&Bundle],
+    max_read: i64,
+) -> Result<Vec<Json>, EngineError> {
+    let tx_ids: Vec<String> = bundles.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let lent: Vec<Option<&str>> = bundles.iter().map(|b| b.lent_lease.as_deref()).collect();
+    let slots: Vec<i32> = bundles.iter().map(|b| b.slots).collect();
+    let (mut ack_from, mut ack_counts, mut kv_from, mut kv_counts) = (vec![], vec![], vec![], vec![]);
+    let (mut next_ack, mut next_kv) = (1i32, 1i32);
+    for b in bundles {
+        let (acks, kv) = (count(b.acks.len())?, count(b.kv.len())?);
+        ack_from.push(next_ack);
+        ack_counts.push(acks);
+        kv_from.push(next_kv);
+        kv_counts.push(kv);
+        next_ack += acks;
+        next_kv += kv;
+    }
+    let ack_slots: Vec<i32> = bundles.iter().flat_map(|b| b.acks.iter().map(|(slot, _)| *slot)).collect();
+    let acks = AckColumns::of(bundles.iter().flat_map(|b| b.acks.iter().map(|(_, a)| a)));
+    let kv = KvColumns::of(bundles.iter().flat_map(|b| b.kv.iter()));
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
+        &tx_ids,
+        &lent,
+        &max_read,
+        &slots,
+        &ack_from,
+        &ack_counts,
+        &kv_from,
+        &kv_counts,
+        &ack_slots,
+        &acks.transaction_ids,
+        &acks.partition_ids,
+        &acks.statuses,
+        &acks.errors,
+        &acks.lease_ids,
+        &acks.groups,
+    ];
+    params.extend(kv.params());
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/transaction_batch.sql")).await?;
+    let row = client.query_one(&stmt, &params).await?;
+    drop(client);
+    let answers: Vec<String> = row.try_get(0)?;
+    Ok(answers.into_iter().map(Json).collect())
+}
+
+/// A length as the SQL's integer (a bundle holds far fewer items).
+fn count(n: usize) -> Result<i32, EngineError> {
+    i32::try_from(n).map_err(|_| EngineError::Protocol("a bundle too large to count".into()))
 }
 
 #[cfg(test)]

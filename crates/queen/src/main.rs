@@ -202,6 +202,11 @@ struct ServeArgs {
     /// statements run at once (0: every pop runs alone).
     #[arg(long, env = "QUEEN_POP_BATCH_SLOTS", default_value_t = 1)]
     pop_batch_slots: usize,
+    /// Concurrent transaction bundles of acks and KV ops (no pushes, no timers) share one
+    /// statement and one commit; at most this many such statements run at once (0: every
+    /// bundle runs alone).
+    #[arg(long, env = "QUEEN_TRANSACTION_BATCH_SLOTS", default_value_t = 1)]
+    transaction_batch_slots: usize,
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -329,6 +334,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         push_batch_slots: args.push_batch_slots.max(1),
         ack_batch_slots: args.ack_batch_slots,
         pop_batch_slots: args.pop_batch_slots,
+        transaction_batch_slots: args.transaction_batch_slots,
         timer_sweep_interval: (args.timer_sweep_interval_ms > 0)
             .then(|| Duration::from_millis(args.timer_sweep_interval_ms)),
         timer_fire_batch: args.timer_fire_batch.max(1),

@@ -98,3 +98,61 @@ BEGIN
     'results', coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb)
                || v_kv::jsonb || v_timers);
 END $$;
+
+-- Several bundles without pushes or timers (acks and KV ops: the once +
+-- ack of an idempotent consumer) in one statement and one commit
+-- (batch.rs). Each runs transaction_rows in arrival order and sees the
+-- writes of the bundles before it, as serial bundles would. A refusal
+-- raises and rolls the whole statement back; the engine then runs each
+-- bundle alone, so a refused bundle changes nothing and the others still
+-- commit: all-or-nothing per bundle without a subtransaction.
+-- Every cursor of the batch, then every KV key it writes, is locked first,
+-- in the global order (cursors by (partition, group), keys in byte order),
+-- so two batches never deadlock although their bundles interleave.
+-- Per request: its transaction id, lent lease and slot count, and where
+-- its acks and its KV ops start in the flat arrays (from 1) and how many
+-- there are. Answers one transaction body per request.
+CREATE OR REPLACE FUNCTION queen.transaction_requests(
+  p_tx_ids text[], p_lent_leases text[], p_max_read_bytes bigint, p_slot_counts integer[],
+  p_ack_from integer[], p_ack_counts integer[], p_kv_from integer[], p_kv_counts integer[],
+  p_ack_slots integer[], p_ack_txids text[], p_ack_pids uuid[], p_ack_statuses text[], p_ack_errors text[],
+  p_ack_leases text[], p_ack_groups text[],
+  a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
+  a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
+  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[])
+RETURNS text[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_answers text[] := '{}';
+  a integer;
+  b integer;
+  k integer;
+  l integer;
+BEGIN
+  PERFORM 1
+     FROM queen.cursors c
+    WHERE (c.partition_id, c.consumer_group) IN
+          (SELECT u.pid, u.grp FROM unnest(p_ack_pids, p_ack_groups) u(pid, grp))
+    ORDER BY c.partition_id, c.consumer_group
+      FOR UPDATE;
+  PERFORM queen.kv_lock(w.ns, w.key)
+     FROM (SELECT u.ns, u.key FROM unnest(a_op, a_ns, a_key) u(op, ns, key)
+            WHERE u.op IN ('put', 'putIfAbsent', 'delete', 'check', 'incr')
+            ORDER BY u.ns COLLATE "C", u.key COLLATE "C") w;
+  FOR i IN 1 .. cardinality(p_tx_ids) LOOP
+    a := p_ack_from[i];
+    b := a + p_ack_counts[i] - 1;
+    k := p_kv_from[i];
+    l := k + p_kv_counts[i] - 1;
+    v_answers := v_answers || queen.transaction_rows(p_tx_ids[i], p_lent_leases[i], p_max_read_bytes,
+      p_slot_counts[i],
+      '{}'::integer[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[],
+      p_ack_slots[a:b], p_ack_txids[a:b], p_ack_pids[a:b], p_ack_statuses[a:b], p_ack_errors[a:b],
+      p_ack_leases[a:b], p_ack_groups[a:b],
+      a_op[k:l], a_ns[k:l], a_key[k:l], a_value[k:l], a_ttl[k:l], a_forever[k:l], a_expect[k:l],
+      a_required[k:l], a_delta[k:l], a_min[k:l], a_max[k:l], a_keys[k:l], a_prefix[k:l], a_after[k:l],
+      a_limit[k:l], a_keys_only[k:l],
+      '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::text[])::text;
+  END LOOP;
+  RETURN v_answers;
+END $$;

@@ -1,0 +1,211 @@
+//! The bundle batcher: concurrent transaction bundles of acks and KV ops
+//! share one statement and one commit (`queen.transaction_requests`). A
+//! refused bundle fails the statement, and then every bundle runs alone:
+//! each is all-or-nothing, and each answer is the one a serial run gives.
+//! One batch slot forces the bundles in flight into few batches.
+mod common;
+
+use std::sync::Arc;
+
+use common::{all_at_once, db_config, TestBroker};
+use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
+use serde_json::{json, Value};
+
+fn bundle_batching_engine(b: &TestBroker, slots: usize) -> Arc<Engine> {
+    let options =
+        EngineOptions { transaction_batch_slots: slots, kv_sweep_interval: None, ..EngineOptions::default() };
+    Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"))
+}
+
+/// One leased message on each of `lanes` partitions of `queue`.
+async fn leased(engine: &Engine, queue: &str, lanes: usize) -> Vec<Value> {
+    let items: Vec<Value> = (0..lanes)
+        .map(|i| {
+            json!({"queue": queue, "partition": format!("p{i}"), "transactionId": format!("m{i}"),
+                        "payload": {"i": i}})
+        })
+        .collect();
+    engine.push(&Value::Array(items).to_string()).await.expect("push");
+    let mut out = Vec::new();
+    for i in 0..lanes {
+        let req = PopRequest {
+            queue: queue.into(),
+            partition: Some(format!("p{i}")),
+            batch: 1,
+            partitions: 1,
+            ..PopRequest::default()
+        };
+        let answer = engine.pop(&req).await.expect("pop").expect("a message");
+        let popped: Value = serde_json::from_str(&answer.0).expect("json");
+        out.push(popped["messages"][0].clone());
+    }
+    out
+}
+
+/// once + ack: the ack of `m` and a required marker `key`.
+fn once_ack(m: &Value, key: &str) -> String {
+    json!({
+        "operations": [{"type": "ack", "transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                        "leaseId": m["leaseId"], "status": "completed"}],
+        "kv": [{"op": "putIfAbsent", "ns": "once", "key": key, "value": m["transactionId"],
+                "ttlSeconds": 3600, "required": true}]
+    })
+    .to_string()
+}
+
+async fn run_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value, EngineError>> {
+    all_at_once(bodies, |body| {
+        let engine = engine.clone();
+        async move {
+            engine.transaction(&body).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
+        }
+    })
+    .await
+}
+
+/// Messages still on their lane's cursor (not acked) among `m`.
+async fn unacked(b: &TestBroker) -> i64 {
+    b.scalar(
+        "SELECT count(*) FROM queen.messages m JOIN queen.cursors c ON c.partition_id = m.partition_id
+          WHERE c.consumer_group = '__QUEUE_MODE__' AND m.seq >= c.next_seq",
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_once_ack_bundles_share_commits_and_each_commits_its_marker_with_its_ack() {
+    let b = TestBroker::start().await;
+    let engine = bundle_batching_engine(&b, 1);
+    let messages = leased(&engine, "once", 48).await;
+    let bodies: Vec<String> = messages
+        .iter()
+        .map(|m| once_ack(m, &format!("charge:{}", m["transactionId"].as_str().unwrap())))
+        .collect();
+    let answers = run_all(&engine, bodies).await;
+    for (i, a) in answers.iter().enumerate() {
+        let a = a.as_ref().unwrap_or_else(|e| panic!("bundle {i}: {e}"));
+        assert_eq!(a["success"], true, "{a}");
+        let results = a["results"].as_array().expect("results");
+        assert_eq!(results.len(), 2, "{a}");
+        assert_eq!(results[0]["type"], "ack");
+        assert_eq!(
+            results[0]["transactionId"], messages[i]["transactionId"],
+            "each bundle has its own answer"
+        );
+        assert_eq!(results[1]["type"], "kv");
+        assert_eq!(results[1]["index"], 1);
+        assert_eq!(results[1]["applied"], true, "{a}");
+    }
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.kv WHERE ns = 'once'").await, 48);
+    assert_eq!(unacked(&b).await, 0, "every ack committed with its marker");
+    let sizes = engine.batch_sizes(BatchKind::Transaction);
+    assert_eq!(sizes.sum, 48);
+    assert!(sizes.count < 48, "{} statements for 48 bundles: nothing was batched", sizes.count);
+    assert_eq!(sizes.retried, 0, "no bundle was refused");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_bundle_in_a_batch_changes_nothing_and_the_others_commit() {
+    let b = TestBroker::start().await;
+    let engine = bundle_batching_engine(&b, 1);
+    let messages = leased(&engine, "refuse", 32).await;
+    // The marker of bundle 11 is taken already: it must roll back whole
+    // (its ack too), and only it.
+    let client = b.sql().await;
+    client
+        .execute(
+            "INSERT INTO queen.kv (ns, key, value, version, expires_at)
+             VALUES ('once', 'taken', '\"before\"', nextval('queen.kv_version_seq'), now() + interval '1 hour')",
+            &[],
+        )
+        .await
+        .expect("marker");
+    let bodies: Vec<String> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let key = if i == 11 { "taken".to_owned() } else { format!("k{i}") };
+            once_ack(m, &key)
+        })
+        .collect();
+    let answers = run_all(&engine, bodies).await;
+    for (i, a) in answers.iter().enumerate() {
+        if i == 11 {
+            match a {
+                Err(EngineError::Refused(body)) => {
+                    let body: Value = serde_json::from_str(body).expect("json");
+                    assert_eq!(body["success"], false, "{body}");
+                    assert_eq!(body["reason"], "kv_precondition", "{body}");
+                    assert_eq!(body["value"], "before", "the refusal names the live marker: {body}");
+                }
+                other => panic!("bundle 11 is refused: {other:?}"),
+            }
+        } else {
+            assert_eq!(a.as_ref().expect("a good bundle")["success"], true, "bundle {i}");
+        }
+    }
+    assert_eq!(unacked(&b).await, 1, "only the refused bundle's message is still on its cursor");
+    let still: i64 = b
+        .scalar(&format!(
+            "SELECT count(*) FROM queen.messages m JOIN queen.cursors c ON c.partition_id = m.partition_id
+              WHERE m.transaction_id = '{}' AND m.seq >= c.next_seq",
+            messages[11]["transactionId"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(still, 1, "the refused bundle's ack did not commit");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.kv WHERE ns = 'once'").await, 32);
+    assert!(
+        engine.batch_sizes(BatchKind::Transaction).retried >= 1,
+        "the refused batch ran bundle by bundle"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bundles_racing_one_marker_in_batches_have_exactly_one_winner() {
+    let b = TestBroker::start().await;
+    let engine = bundle_batching_engine(&b, 1);
+    let messages = leased(&engine, "race", 32).await;
+    let bodies: Vec<String> = messages.iter().map(|m| once_ack(m, "the-one")).collect();
+    let answers = run_all(&engine, bodies).await;
+    let winners: Vec<usize> = answers.iter().enumerate().filter(|(_, a)| a.is_ok()).map(|(i, _)| i).collect();
+    assert_eq!(winners.len(), 1, "{answers:?}");
+    let winner = &messages[winners[0]]["transactionId"];
+    for a in &answers {
+        if let Err(e) = a {
+            let EngineError::Refused(body) = e else { panic!("a loser is refused: {e}") };
+            let body: Value = serde_json::from_str(body).expect("json");
+            assert_eq!(&body["value"], winner, "every loser names the winner's marker: {body}");
+        }
+    }
+    assert_eq!(unacked(&b).await, 31, "only the winner's ack committed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bundle_batches_writing_keys_in_opposite_orders_never_deadlock() {
+    let b = TestBroker::start().await;
+    // Two slots: two batches in flight at once, locking the same keys.
+    let engine = bundle_batching_engine(&b, 2);
+    // Bundles of one incr each, keys in ascending then descending runs: a
+    // batch that locked in bundle order would take k0 before k5 in one
+    // statement and k5 before k0 in the other.
+    let keys: Vec<String> = (0..6).map(|i| format!("k{i}")).collect();
+    let mut bodies = Vec::new();
+    for round in 0..40 {
+        let order: Vec<&String> =
+            if round % 2 == 0 { keys.iter().collect() } else { keys.iter().rev().collect() };
+        for k in order {
+            let op = json!({"op": "incr", "ns": "d", "key": k, "delta": 1, "forever": true});
+            bodies.push(json!({"operations": [], "kv": [op]}).to_string());
+        }
+    }
+    let answers = run_all(&engine, bodies).await;
+    assert!(answers.iter().all(|a| a.is_ok()), "{answers:?}");
+    assert_eq!(
+        b.scalar("SELECT sum((value #>> '{}')::bigint)::bigint FROM queen.kv WHERE ns = 'd'").await,
+        6 * 40
+    );
+    let deadlocks =
+        b.scalar("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()").await;
+    assert_eq!(deadlocks, 0, "a batch locked keys out of order");
+    assert_eq!(engine.batch_sizes(BatchKind::Transaction).retried, 0, "a bundle batch failed as a whole");
+}
