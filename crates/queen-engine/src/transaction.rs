@@ -165,9 +165,8 @@ impl Engine {
     pub async fn transaction_bundle(&self, bundle: Bundle) -> Result<Json, EngineError> {
         let answer = match self.bundle_batcher() {
             Some(batcher) if bundle.batchable() => {
-                let (pushed, acked) = (0, bundle.acks.len());
+                let acked = bundle.acks.len();
                 let answer = batcher.call(bundle).await?;
-                self.traffic_ref().pushed(pushed);
                 self.traffic_ref().acked(acked);
                 return Ok(answer);
             }
