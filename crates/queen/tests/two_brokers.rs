@@ -227,11 +227,11 @@ async fn racing_incr_with_max_50_round_robin_over_two_brokers_admits_exactly_50(
     )
     .await;
     let mut admitted = Vec::new();
-    let mut admitted_per_broker = [0usize; 2];
+    let mut answered_per_broker = [0usize; 2];
     for (i, r) in &results {
+        answered_per_broker[i % 2] += 1;
         if r["applied"] == json!(true) {
             admitted.push(r["value"].as_i64().unwrap());
-            admitted_per_broker[i % 2] += 1;
         } else {
             assert_eq!(r["reason"], "limit", "{r}");
             assert_eq!(r["value"], json!(50), "a refused incr answers the current number");
@@ -239,10 +239,9 @@ async fn racing_incr_with_max_50_round_robin_over_two_brokers_admits_exactly_50(
     }
     admitted.sort();
     assert_eq!(admitted, (1..=50).collect::<Vec<i64>>(), "exactly 50 admitted, each saw a distinct count");
-    assert!(
-        admitted_per_broker.iter().all(|n| *n > 0),
-        "both brokers admitted some: {admitted_per_broker:?}"
-    );
+    // Not "both brokers admitted some": each broker batches its half, and
+    // one batch may commit all 50 before the other broker's first one.
+    assert_eq!(answered_per_broker, [80, 80], "each broker answered its half of the race");
     for api in [&a.api, &b.api] {
         assert_eq!(kv_one(api, json!({"op": "get", "ns": "race", "key": "quota"})).await["value"], json!(50));
     }
