@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use crate::db::Pool;
 
 use crate::ack::{AckColumns, AckItem};
-use crate::kv::{get_element, write_one, Expect, Expiry, KvColumns, KvOp};
+use crate::kv::{get_element, write_one, Expect, KvColumns, KvOp};
 use crate::push::{PushColumns, PushItem};
 use crate::transaction::{plain_bundle_call, plain_bundles_call, Bundle};
 use crate::{EngineError, Json, PopRequest};
@@ -729,10 +729,7 @@ impl<'a> PutColumns<'a> {
             if !keys.insert((ns.as_str(), key.as_str())) {
                 return None;
             }
-            let (ttl, forever) = match expiry {
-                Expiry::Ttl(s) => (Some(*s as i64), None),
-                Expiry::Forever => (None, Some(true)),
-            };
+            let (ttl, forever) = expiry.columns();
             c.ns.push(ns);
             c.key.push(key);
             c.value.push(value.get());
@@ -786,10 +783,7 @@ impl<'a> IncrColumns<'a> {
                     return None;
                 }
             }
-            let (ttl, forever) = match expiry {
-                Expiry::Ttl(s) => (Some(*s as i64), None),
-                Expiry::Forever => (None, Some(true)),
-            };
+            let (ttl, forever) = expiry.columns();
             c.ns.push(ns);
             c.key.push(key);
             c.delta.push(delta.get());

@@ -21,6 +21,16 @@ pub enum Expiry {
     Forever,
 }
 
+impl Expiry {
+    /// The `(ttl seconds, forever)` pair every KV statement takes.
+    pub(crate) fn columns(self) -> (Option<i64>, Option<bool>) {
+        match self {
+            Expiry::Ttl(s) => (Some(s as i64), None),
+            Expiry::Forever => (None, Some(true)),
+        }
+    }
+}
+
 /// A precondition on the version of a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -371,10 +381,7 @@ impl<'a> KvColumns<'a> {
     }
 
     fn add(&mut self, op: &'a KvOp) {
-        let expiry = |e: &Expiry| match e {
-            Expiry::Ttl(s) => (Some(*s as i64), None),
-            Expiry::Forever => (None, Some(true)),
-        };
+        let expiry = |e: &Expiry| e.columns();
         let (mut key, mut value, mut exp, mut expect, mut required) = (None, None, (None, None), None, false);
         let (mut delta, mut min, mut max, mut keys) = (None, None, None, None);
         let (mut prefix, mut after, mut limit, mut keys_only) = (None, None, None, None);
@@ -535,11 +542,8 @@ fn refuse_if_lost(inner: &str, key: &str) -> Result<(), EngineError> {
 /// The verdict of one write (put, putIfAbsent, delete, check, incr) as its
 /// own statement: the JSON object its SQL function answered.
 pub(crate) async fn write_one(client: &crate::db::Conn, op: &KvOp) -> Result<String, EngineError> {
-    let ttl = |e: &Expiry| match e {
-        Expiry::Ttl(s) => Some(*s as i64),
-        Expiry::Forever => None,
-    };
-    let forever = |e: &Expiry| matches!(e, Expiry::Forever).then_some(true);
+    let ttl = |e: &Expiry| e.columns().0;
+    let forever = |e: &Expiry| e.columns().1;
     let version = |v: u64| v as i64;
     let row = match op {
         KvOp::Put { ns, key, value, expiry, expect, .. } => {
