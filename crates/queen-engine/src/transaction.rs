@@ -281,17 +281,8 @@ pub(crate) async fn plain_bundles_call(
     let tx_ids: Vec<String> = bundles.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
     let lent: Vec<Option<&str>> = bundles.iter().map(|b| b.lent_lease.as_deref()).collect();
     let slots: Vec<i32> = bundles.iter().map(|b| b.slots).collect();
-    let (mut ack_from, mut ack_counts, mut kv_from, mut kv_counts) = (vec![], vec![], vec![], vec![]);
-    let (mut next_ack, mut next_kv) = (1i32, 1i32);
-    for b in bundles {
-        let (acks, kv) = (count(b.acks.len())?, count(b.kv.len())?);
-        ack_from.push(next_ack);
-        ack_counts.push(acks);
-        kv_from.push(next_kv);
-        kv_counts.push(kv);
-        next_ack += acks;
-        next_kv += kv;
-    }
+    let ack_counts = bundles.iter().map(|b| count(b.acks.len())).collect::<Result<Vec<i32>, _>>()?;
+    let kv_counts = bundles.iter().map(|b| count(b.kv.len())).collect::<Result<Vec<i32>, _>>()?;
     let ack_slots: Vec<i32> = bundles.iter().flat_map(|b| b.acks.iter().map(|(slot, _)| *slot)).collect();
     let acks = AckColumns::of(bundles.iter().flat_map(|b| b.acks.iter().map(|(_, a)| a)));
     let kv = KvColumns::of(bundles.iter().flat_map(|b| b.kv.iter()));
@@ -300,9 +291,7 @@ pub(crate) async fn plain_bundles_call(
         &lent,
         &max_read,
         &slots,
-        &ack_from,
         &ack_counts,
-        &kv_from,
         &kv_counts,
         &ack_slots,
         &acks.transaction_ids,

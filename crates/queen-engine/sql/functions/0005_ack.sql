@@ -215,6 +215,22 @@ BEGIN
   RETURN (SELECT json_agg(r ORDER BY n) FROM unnest(v_res) WITH ORDINALITY u(r, n));
 END $$;
 
+-- Locks the cursors of (partition, group) pairs FOR UPDATE in the global
+-- order, (partition id, group), before a batch touches any of them: its
+-- requests' cursors interleave, and locking them as each request comes
+-- would let two batches deadlock. Used by ack_requests and
+-- transaction_requests.
+CREATE OR REPLACE FUNCTION queen.lock_cursors(p_pids uuid[], p_groups text[]) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1
+     FROM queen.cursors c
+    WHERE (c.partition_id, c.consumer_group) IN
+          (SELECT u.pid, u.grp FROM unnest(p_pids, p_groups) u(pid, grp))
+    ORDER BY c.partition_id, c.consumer_group
+      FOR UPDATE;
+END $$;
+
 -- The ack requests of a batch (batch.rs) in one statement: each request
 -- runs ack_rows on its own items, in arrival order, so its answer is the
 -- one a call of its own would have had (the lowest nack of a request
@@ -232,12 +248,7 @@ DECLARE
   v_res text[] := '{}';
   r record;
 BEGIN
-  PERFORM 1
-     FROM queen.cursors c
-    WHERE (c.partition_id, c.consumer_group) IN
-          (SELECT u.pid, u.grp FROM unnest(p_pids, p_groups) u(pid, grp))
-    ORDER BY c.partition_id, c.consumer_group
-      FOR UPDATE;
+  PERFORM queen.lock_cursors(p_pids, p_groups);
   FOR r IN
     SELECT u.req,
            array_agg(u.txid ORDER BY u.n) AS txids, array_agg(u.pid ORDER BY u.n) AS pids,

@@ -109,12 +109,17 @@ END $$;
 -- Every cursor of the batch, then every KV key it writes, is locked first,
 -- in the global order (cursors by (partition, group), keys in byte order),
 -- so two batches never deadlock although their bundles interleave.
--- Per request: its transaction id, lent lease and slot count, and where
--- its acks and its KV ops start in the flat arrays (from 1) and how many
--- there are. Answers one transaction body per request.
+-- Per request: its transaction id, lent lease and slot count, and how
+-- many of the flat acks and KV ops are its own (in request order).
+-- Answers one transaction body per request.
+-- Before the starts were derived from the counts.
+DROP FUNCTION IF EXISTS queen.transaction_requests(text[], text[], bigint, integer[], integer[], integer[],
+  integer[], integer[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[],
+  jsonb[], bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
+  integer[], boolean[]);
 CREATE OR REPLACE FUNCTION queen.transaction_requests(
   p_tx_ids text[], p_lent_leases text[], p_max_read_bytes bigint, p_slot_counts integer[],
-  p_ack_from integer[], p_ack_counts integer[], p_kv_from integer[], p_kv_counts integer[],
+  p_ack_counts integer[], p_kv_counts integer[],
   p_ack_slots integer[], p_ack_txids text[], p_ack_pids uuid[], p_ack_statuses text[], p_ack_errors text[],
   p_ack_leases text[], p_ack_groups text[],
   a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
@@ -124,25 +129,18 @@ RETURNS text[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_answers text[] := '{}';
-  a integer;
+  a integer := 1;
   b integer;
-  k integer;
+  k integer := 1;
   l integer;
 BEGIN
-  PERFORM 1
-     FROM queen.cursors c
-    WHERE (c.partition_id, c.consumer_group) IN
-          (SELECT u.pid, u.grp FROM unnest(p_ack_pids, p_ack_groups) u(pid, grp))
-    ORDER BY c.partition_id, c.consumer_group
-      FOR UPDATE;
+  PERFORM queen.lock_cursors(p_ack_pids, p_ack_groups);
   PERFORM queen.kv_lock(w.ns, w.key)
      FROM (SELECT u.ns, u.key FROM unnest(a_op, a_ns, a_key) u(op, ns, key)
             WHERE u.op IN ('put', 'putIfAbsent', 'delete', 'check', 'incr')
             ORDER BY u.ns COLLATE "C", u.key COLLATE "C") w;
   FOR i IN 1 .. cardinality(p_tx_ids) LOOP
-    a := p_ack_from[i];
     b := a + p_ack_counts[i] - 1;
-    k := p_kv_from[i];
     l := k + p_kv_counts[i] - 1;
     v_answers := v_answers || queen.transaction_rows(p_tx_ids[i], p_lent_leases[i], p_max_read_bytes,
       p_slot_counts[i],
@@ -153,6 +151,8 @@ BEGIN
       a_required[k:l], a_delta[k:l], a_min[k:l], a_max[k:l], a_keys[k:l], a_prefix[k:l], a_after[k:l],
       a_limit[k:l], a_keys_only[k:l],
       '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::text[])::text;
+    a := b + 1;
+    k := l + 1;
   END LOOP;
   RETURN v_answers;
 END $$;

@@ -566,7 +566,7 @@ BEGIN
 END $$;
 
 -- Several queue pops in one statement and one commit (batch.rs): each
--- member runs as queen.pop_api would alone, in arrival order, so members
+-- member runs queen.pop_api, as it would alone, in arrival order, so members
 -- on one lane see each other as serial pops would (a leased lane gives the
 -- next member nothing; an auto-acked one gives it the following messages).
 -- Answers are index-aligned with the arrays, NULL where a member got
@@ -587,16 +587,9 @@ DECLARE
   v_flush text := current_setting('synchronous_commit');
   v_auto_acked boolean := false;
 BEGIN
-  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
-    RETURN array_fill(NULL::text, ARRAY[cardinality(p_queues)]);
-  END IF;
   FOR i IN 1 .. cardinality(p_queues) LOOP
-    IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queues[i] AND q.encryption_key_id IS NOT NULL
-                  AND q.encryption_key_id IS DISTINCT FROM p_key_id) THEN
-      PERFORM queen.encryption_key_mismatch(p_queues[i]);
-    END IF;
-    v_answers := v_answers || queen.pop(p_queues[i], p_partitions[i], p_groups[i], p_batches[i],
-      p_partition_counts[i], p_lease_seconds[i], p_auto_acks[i], p_sub_modes[i], p_sub_froms[i])::text;
+    v_answers := v_answers || queen.pop_api(p_queues[i], p_partitions[i], p_groups[i], p_batches[i],
+      p_partition_counts[i], p_lease_seconds[i], p_auto_acks[i], p_sub_modes[i], p_sub_froms[i], p_key_id)::text;
     v_auto_acked := v_auto_acked OR p_auto_acks[i];
   END LOOP;
   IF v_auto_acked OR current_setting('queen.group_registered', true) = 'on' THEN
