@@ -232,3 +232,42 @@ async fn batched_pops_of_two_groups_each_see_every_message() {
         assert_eq!(seen.get(group).map(HashSet::len), Some(40), "group {group} sees every message");
     }
 }
+
+/// Over HTTP, with the broker's default options: racing auto-ack pops meet
+/// in the pop batcher and still deliver every message exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_http_pops_share_statements_and_deliver_each_message_once() {
+    let b = TestBroker::start().await;
+    fill(&b.engine, "http", 16, 4).await;
+    let mut seen: HashSet<String> = HashSet::new();
+    for _round in 0..20 {
+        let answers = all_at_once((0..32).collect::<Vec<_>>(), |_| {
+            let api = b.api();
+            async move { api.get("/api/v1/pop/queue/http?batch=2&wait=false&autoAck=true").await }
+        })
+        .await;
+        for (status, body) in answers {
+            match status {
+                200 => {
+                    for tx in transaction_ids(&body) {
+                        assert!(seen.insert(tx.clone()), "{tx} delivered twice");
+                    }
+                }
+                204 => {}
+                other => panic!("pop answered {other}: {body}"),
+            }
+        }
+        if seen.len() == 64 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 64, "every message is delivered");
+    let sizes = b.engine.batch_sizes(BatchKind::Pop);
+    assert!(
+        sizes.count < sizes.sum,
+        "{} statements for {} pops: nothing was batched",
+        sizes.count,
+        sizes.sum
+    );
+    assert_eq!(sizes.retried, 0);
+}
