@@ -21,7 +21,7 @@ use crate::db::Pool;
 
 use crate::ack::{AckColumns, AckItem};
 use crate::kv::{get_element, write_one, Expect, KvColumns, KvOp};
-use crate::push::{PushColumns, PushItem};
+use crate::push::{PushColumns, PushItem, Pushed};
 use crate::transaction::{plain_bundle_call, plain_bundles_call, Bundle};
 use crate::{EngineError, Json, PopRequest};
 
@@ -588,61 +588,67 @@ fn payload_bytes(items: &[PushItem]) -> usize {
 async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announce: Announce) -> Answered {
     let alone = |items: Vec<PushItem>| {
         let (pool, announce) = (pool.clone(), announce.clone());
-        async move { push_call(&pool, PushColumns::of(&items), None, &announce).await }
+        async move {
+            let cols = PushColumns::of(&items);
+            let pushed = push_call(&pool, &cols, None, &announce).await?;
+            cols.answer(&pushed, 0..items.len())
+        }
     };
     let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
     let counts: Vec<usize> = batch.iter().map(|w| w.request.len()).collect();
     let requests: Vec<i32> =
         counts.iter().enumerate().flat_map(|(n, &c)| std::iter::repeat_n(n as i32, c)).collect();
     let cols = PushColumns::of(batch.iter().flat_map(|w| w.request.iter()));
-    let outcome =
-        push_call(&pool, cols, Some(requests), &announce).await.and_then(|json| split(&json, &counts));
+    let outcome = push_call(&pool, &cols, Some(requests), &announce).await.and_then(|pushed| {
+        let mut start = 0;
+        counts
+            .iter()
+            .map(|&n| {
+                start += n;
+                cols.answer(&pushed, start - n..start)
+            })
+            .collect::<Result<Vec<Json>, EngineError>>()
+    });
+    drop(cols);
     answer_batch(batch, outcome, alone).await
 }
 
 /// One `push_rows` call; announces the queues that got messages after the commit.
 pub(crate) async fn push_call(
     pool: &Pool,
-    c: PushColumns<'_>,
+    c: &PushColumns<'_>,
     requests: Option<Vec<i32>>,
     announce: &Announce,
-) -> Result<Json, EngineError> {
+) -> Result<Pushed, EngineError> {
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
     let row = client
         .query_one(
             &stmt,
-            &[&c.queues, &c.partitions, &c.transaction_ids, &c.trace_ids, &c.payloads, &requests, &c.subs()],
+            &[
+                &c.queues,
+                &c.partitions,
+                &c.transaction_ids,
+                &c.trace_ids,
+                &c.payloads,
+                &requests,
+                &c.subs(),
+                &c.new_txids,
+                &c.tails,
+            ],
         )
         .await?;
     drop(client);
-    let result: Option<String> = row.try_get(0)?;
-    let queued: Option<Vec<String>> = row.try_get(1)?;
+    let ids: Option<Vec<Option<uuid::Uuid>>> = row.try_get(0)?;
+    let verdicts: Option<String> = row.try_get(1)?;
+    let queued: Option<Vec<String>> = row.try_get(2)?;
     if let Some(queues) = queued {
         announce(queues);
     }
-    result.map(Json).ok_or_else(|| EngineError::Protocol("push answered NULL".into()))
-}
-
-/// The batch's result array cut into each request's own, indexes from 0.
-fn split(json: &Json, counts: &[usize]) -> Result<Vec<Json>, EngineError> {
-    let all: Vec<serde_json::Value> = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
-    if all.len() != counts.iter().sum::<usize>() {
-        return Err(EngineError::Protocol("push answered a result per item of another batch".into()));
+    match (ids, verdicts) {
+        (Some(ids), Some(verdicts)) => Ok(Pushed { ids, verdicts }),
+        _ => Err(EngineError::Protocol("push answered NULL".into())),
     }
-    let mut rest = all.into_iter();
-    counts
-        .iter()
-        .map(|&n| {
-            let mut mine: Vec<serde_json::Value> = rest.by_ref().take(n).collect();
-            for (i, r) in mine.iter_mut().enumerate() {
-                if let Some(obj) = r.as_object_mut() {
-                    obj.insert("index".into(), i.into());
-                }
-            }
-            serde_json::to_string(&mine).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
-        })
-        .collect()
 }
 
 async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answered {

@@ -103,7 +103,11 @@ fn optional_name(
     }
 }
 
-/// The typed arrays `queen.push_rows` takes, borrowed from the items.
+/// The typed arrays `queen.push_rows` takes, borrowed from the items, and
+/// what the engine draws for them: a transaction id (a UUIDv7) for each
+/// item that came without one, and the random half of each new message id.
+/// Drawn here, they spare the database a PL/pgSQL call and two calls of its
+/// OpenSSL-backed `gen_random_uuid()` per item.
 pub(crate) struct PushColumns<'a> {
     pub queues: Vec<&'a str>,
     pub partitions: Vec<&'a str>,
@@ -111,6 +115,11 @@ pub(crate) struct PushColumns<'a> {
     pub trace_ids: Vec<Option<&'a str>>,
     pub payloads: Vec<Option<&'a str>>,
     pub producer_subs: Vec<Option<&'a str>>,
+    /// `Some` for an item without a transaction id.
+    pub new_txids: Vec<Option<String>>,
+    /// The low 64 bits of each item's message id, variant bits set; `None`
+    /// (the database draws them) only if the system's random source failed.
+    pub tails: Option<Vec<i64>>,
 }
 
 impl<'a> PushColumns<'a> {
@@ -122,6 +131,8 @@ impl<'a> PushColumns<'a> {
             trace_ids: Vec::new(),
             payloads: Vec::new(),
             producer_subs: Vec::new(),
+            new_txids: Vec::new(),
+            tails: None,
         };
         for it in items {
             c.queues.push(&it.queue);
@@ -131,7 +142,38 @@ impl<'a> PushColumns<'a> {
             c.payloads.push(it.payload.as_ref().map(|p| p.get()));
             c.producer_subs.push(it.producer_sub.as_deref());
         }
+        c.draw();
         c
+    }
+
+    /// Draws the transaction ids and id tails, from one read of the
+    /// system's random source.
+    fn draw(&mut self) {
+        let mut bits = vec![[0u8; 18]; self.queues.len()];
+        if getrandom::fill(bits.as_flattened_mut()).is_err() {
+            // The database draws them instead (queen.push_rows).
+            self.new_txids = vec![None; self.queues.len()];
+            return;
+        }
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut tails = Vec::with_capacity(bits.len());
+        for (own, b) in self.transaction_ids.iter().zip(&bits) {
+            let mut random = [0u8; 10];
+            random.copy_from_slice(&b[..10]);
+            self.new_txids.push(
+                own.is_none().then(|| {
+                    uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid().to_string()
+                }),
+            );
+            let mut tail = [0u8; 8];
+            tail.copy_from_slice(&b[10..]);
+            // RFC 9562 variant bits (10) on top, as gen_random_uuid's half has.
+            let tail = (u64::from_be_bytes(tail) & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000;
+            tails.push(tail as i64);
+        }
+        self.tails = Some(tails);
     }
 
     /// The producer identities, or `None` (a NULL array) when no item has one,
@@ -139,6 +181,63 @@ impl<'a> PushColumns<'a> {
     pub(crate) fn subs(&self) -> Option<&Vec<Option<&'a str>>> {
         self.producer_subs.iter().any(Option::is_some).then_some(&self.producer_subs)
     }
+
+    /// The 201 body for the items in `range` (indexes from 0), from what
+    /// `queen.push_rows` answered for every item.
+    pub(crate) fn answer(&self, pushed: &Pushed, range: std::ops::Range<usize>) -> Result<Json, EngineError> {
+        use std::fmt::Write;
+        let verdicts = pushed.verdicts.as_bytes();
+        if pushed.ids.len() != self.queues.len() || verdicts.len() != self.queues.len() {
+            return Err(EngineError::Protocol("push answered a result per item of another batch".into()));
+        }
+        let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "null".into());
+        let mut out = String::with_capacity(range.len() * 160 + 2);
+        out.push('[');
+        for (index, k) in range.enumerate() {
+            if index > 0 {
+                out.push(',');
+            }
+            let txid = self.transaction_ids[k].or(self.new_txids[k].as_deref()).unwrap_or_default();
+            let queue = self.queues[k];
+            let id = match pushed.ids[k] {
+                Some(id) => format!("\"{id}\""),
+                None => "null".into(),
+            };
+            let status = match verdicts[k] {
+                b'q' => "queued",
+                b'd' => "duplicate",
+                b'f' => "failed",
+                other => {
+                    return Err(EngineError::Protocol(format!("push answered verdict {:?}", other as char)))
+                }
+            };
+            let _ = write!(
+                out,
+                "{{\"index\":{index},\"message_id\":{id},\"transaction_id\":{},\"queueName\":{},\"status\":\"{status}\"",
+                quoted(txid),
+                quoted(queue)
+            );
+            if status == "failed" {
+                let _ = write!(
+                    out,
+                    ",\"error\":{}",
+                    quoted(&format!("Queue '{queue}' would exceed max capacity"))
+                );
+            }
+            out.push('}');
+        }
+        out.push(']');
+        Ok(Json(out))
+    }
+}
+
+/// What `queen.push_rows` answers in its lean form, one element per item.
+pub(crate) struct Pushed {
+    /// The message id (a duplicate's is its first occurrence's); `None`
+    /// when maxSize refused the item.
+    pub ids: Vec<Option<uuid::Uuid>>,
+    /// One character per item: `q` queued, `d` duplicate, `f` refused.
+    pub verdicts: String,
 }
 
 /// Requests with more items than this run alone: they already share their
@@ -173,13 +272,9 @@ impl Engine {
     async fn push_sealed(&self, items: &[PushItem]) -> Result<Json, EngineError> {
         let items = self.seal_items(items)?;
         if items.len() > BATCH_AT_MOST_ITEMS {
-            return crate::batch::push_call(
-                self.pool(),
-                PushColumns::of(items.iter()),
-                None,
-                &self.announce_fn(),
-            )
-            .await;
+            let cols = PushColumns::of(items.iter());
+            let pushed = crate::batch::push_call(self.pool(), &cols, None, &self.announce_fn()).await?;
+            return cols.answer(&pushed, 0..items.len());
         }
         self.push_batcher().call(items.into_owned()).await
     }
@@ -207,6 +302,52 @@ mod tests {
         assert!(body(e).contains("items must be an array"));
         let e = decode_push_items(&format!(r#"[{{"queue":"{}"}}]"#, "é".repeat(256))).unwrap_err();
         assert!(body(e).contains("items[0].queue must be at most 255 characters"));
+    }
+
+    #[test]
+    fn the_engine_draws_v7_transaction_ids_and_variant_tails_for_items_without_one() {
+        let items =
+            decode_push_items(r#"[{"queue":"q"},{"queue":"q","transactionId":"mine"},{"queue":"q"}]"#)
+                .unwrap();
+        let c = PushColumns::of(&items);
+        assert_eq!(c.new_txids.len(), 3);
+        assert!(c.new_txids[1].is_none(), "an item's own id is kept");
+        for drawn in [&c.new_txids[0], &c.new_txids[2]] {
+            let id = uuid::Uuid::parse_str(drawn.as_deref().unwrap()).unwrap();
+            assert_eq!(id.get_version_num(), 7);
+            assert_eq!(id.get_variant(), uuid::Variant::RFC4122);
+        }
+        assert_ne!(c.new_txids[0], c.new_txids[2]);
+        let tails = c.tails.as_ref().unwrap();
+        assert_eq!(tails.len(), 3);
+        // The top two bits are the RFC 9562 variant, 10.
+        assert!(tails.iter().all(|&t| (t as u64) >> 62 == 0b10), "{tails:?}");
+    }
+
+    #[test]
+    fn the_answer_names_each_item_of_its_range_from_index_0() {
+        let items = decode_push_items(
+            r#"[{"queue":"a","transactionId":"t0"},{"queue":"q\"x","transactionId":"t1"},{"queue":"q\"x","transactionId":"t1"},{"queue":"f"}]"#,
+        )
+        .unwrap();
+        let c = PushColumns::of(&items);
+        let id = uuid::Uuid::new_v4();
+        let pushed = Pushed { ids: vec![Some(id), Some(id), Some(id), None], verdicts: "qqdf".into() };
+        let body: serde_json::Value = serde_json::from_str(&c.answer(&pushed, 1..4).unwrap().0).unwrap();
+        let drawn = c.new_txids[3].clone().unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!([
+                {"index": 0, "message_id": id.to_string(), "transaction_id": "t1", "queueName": "q\"x", "status": "queued"},
+                {"index": 1, "message_id": id.to_string(), "transaction_id": "t1", "queueName": "q\"x", "status": "duplicate"},
+                {"index": 2, "message_id": null, "transaction_id": drawn, "queueName": "f", "status": "failed",
+                 "error": "Queue 'f' would exceed max capacity"},
+            ])
+        );
+        let short = Pushed { ids: vec![Some(id)], verdicts: "q".into() };
+        assert!(c.answer(&short, 0..1).is_err(), "an answer for another batch is refused");
+        let odd = Pushed { ids: vec![None; 4], verdicts: "qqqz".into() };
+        assert!(c.answer(&odd, 0..4).is_err());
     }
 
     #[test]

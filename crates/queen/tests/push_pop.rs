@@ -109,6 +109,45 @@ async fn a_push_of_1000_sorts_in_push_order_by_created_at_ms_then_id() {
     }
 }
 
+/// The engine draws the transaction id of an item that has none (and the
+/// random half of each message id): each is a distinct UUIDv7, the answer
+/// names the id the message was stored with, and a duplicate in the same
+/// call still answers its first occurrence's message id.
+#[tokio::test]
+async fn items_without_a_transaction_id_get_distinct_v7_ids_that_pop_returns() {
+    let b = TestBroker::start().await;
+    let mut items: Vec<Value> = (0..300).map(|i| json!({"queue": "drawn", "payload": {"i": i}})).collect();
+    items.push(json!({"queue": "drawn", "transactionId": "own", "payload": {"i": 300}}));
+    items.push(json!({"queue": "drawn", "transactionId": "own", "payload": {"i": 301}}));
+    let (status, pushed) = b.api().post("/api/v1/push", &json!({"items": items})).await;
+    assert_eq!(status, 201, "{pushed}");
+    let pushed = pushed.as_array().unwrap();
+    assert_eq!(pushed.len(), 302);
+    let drawn: HashSet<&str> = pushed[..300].iter().map(|r| r["transaction_id"].as_str().unwrap()).collect();
+    assert_eq!(drawn.len(), 300, "drawn transaction ids are distinct");
+    for (i, r) in pushed.iter().enumerate() {
+        assert_eq!(r["index"], i);
+        assert_eq!(r["queueName"], "drawn");
+        assert_uuid_v7(r["message_id"].as_str().unwrap());
+        if i < 300 {
+            assert_eq!(r["status"], "queued", "{r}");
+            assert_uuid_v7(r["transaction_id"].as_str().unwrap());
+        }
+    }
+    assert_eq!(pushed[300]["status"], "queued");
+    assert_eq!(pushed[301]["status"], "duplicate");
+    assert_eq!(pushed[301]["message_id"], pushed[300]["message_id"]);
+    let popped = b.pop_some("drawn", "batch=1000").await;
+    let messages = popped["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 301);
+    for (m, r) in messages.iter().zip(pushed) {
+        assert_eq!(m["id"], r["message_id"]);
+        assert_eq!(m["transactionId"], r["transaction_id"]);
+    }
+    let ids: HashSet<&str> = messages.iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 301);
+}
+
 #[tokio::test]
 async fn concurrent_pushes_to_one_partition_sort_in_offset_order() {
     let b = TestBroker::start().await;

@@ -108,6 +108,14 @@ LANGUAGE sql VOLATILE AS $$
                 || substring(uuid_send(gen_random_uuid()) FROM 9), 'hex')::uuid
 $$;
 
+-- The same with the random half given (the engine draws it, variant bits
+-- set); NULL draws it here.
+CREATE OR REPLACE FUNCTION queen.message_id(clock bigint, tail bigint) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+  SELECT CASE WHEN tail IS NULL THEN queen.message_id(clock)
+         ELSE encode(int8send(((clock >> 12) << 16) | 28672 | (clock & 4095)) || int8send(tail), 'hex')::uuid END
+$$;
+
 -- The first id clock value of a push at `at` to a partition whose clock is
 -- `last`: the push's millisecond, or one past the last value when that is
 -- later (a busy millisecond, or a clock that stepped back). date_part's

@@ -24,6 +24,7 @@ DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[]);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[]);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[]);
 DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[], boolean);
+DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[], boolean, text[]);
 -- p_requests numbers the request each item came from when the engine's push
 -- batcher sends several requests in one call (NULL: one request): maxSize
 -- then judges each request in turn, as if they had come one after another.
@@ -37,11 +38,21 @@ DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], 
 -- was scheduled).
 -- p_subs: each item's producer identity (the pushing token's `sub`), set by
 -- the engine from the authenticated caller, never from a request body.
+-- p_new_txids: the transaction id the engine drew for an item that came
+-- without one (a NULL element: the item has its own, or this call draws
+-- one). p_tails: the random low 64 bits of each new message id, drawn by the
+-- engine (NULL: drawn here). Drawing both in Rust spares every item two
+-- calls of the OpenSSL-backed gen_random_uuid() and a PL/pgSQL call.
+-- p_lean: answer `ids` (each item's message id, NULL when refused) and
+-- `verdicts` (one character per item: q queued, d duplicate, f refused by
+-- maxSize) instead of the JSON `result`, which the engine then writes; the
+-- JSON objects cost about a fifth of a 100-item push here.
 CREATE OR REPLACE FUNCTION queen.push_rows(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
   p_requests integer[], p_ids uuid[] DEFAULT NULL, p_unsealed_ok boolean DEFAULT false,
-  p_subs text[] DEFAULT NULL,
-  OUT result json, OUT queued text[])
+  p_subs text[] DEFAULT NULL, p_new_txids text[] DEFAULT NULL, p_tails bigint[] DEFAULT NULL,
+  p_lean boolean DEFAULT false,
+  OUT result json, OUT queued text[], OUT ids uuid[], OUT verdicts text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_txids text[];
@@ -59,7 +70,12 @@ DECLARE
   rq record;
 BEGIN
   IF coalesce(array_length(v_queues, 1), 0) = 0 THEN
-    result := '[]'::json;
+    IF p_lean THEN
+      ids := '{}';
+      verdicts := '';
+    ELSE
+      result := '[]'::json;
+    END IF;
     RETURN;
   END IF;
   IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
@@ -95,7 +111,8 @@ BEGIN
                    WHERE m.partition_id = v_pid AND m.transaction_id = u.txid
                      AND m.created_at > now() - make_interval(secs => v_win)
                    ORDER BY m.seq DESC LIMIT 1) END AS prior
-          FROM (SELECT coalesce(t, queen.uuid_v7()::text) AS txid, t IS NULL AS drawn, tr AS trace,
+          FROM (SELECT coalesce(t, p_new_txids[n::integer], queen.uuid_v7()::text) AS txid, t IS NULL AS drawn,
+                       tr AS trace,
                        pl AS payload, n AS ord
                   FROM unnest(p_txids, v_traces, v_payloads) WITH ORDINALITY x(t, tr, pl, n)) u
       ),
@@ -106,7 +123,7 @@ BEGIN
       ins AS (
         INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at,
                                     producer_sub)
-        SELECT v_pid, v_next + f.rn, coalesce(p_ids[f.ord::integer], queen.message_id(v_clock + f.rn)),
+        SELECT v_pid, v_next + f.rn, coalesce(p_ids[f.ord::integer], queen.message_id(v_clock + f.rn, p_tails[f.ord::integer])),
                f.txid, f.trace, f.payload::json, v_at, p_subs[f.ord::integer]
           FROM fresh f
         RETURNING transaction_id, id
@@ -118,18 +135,22 @@ BEGIN
          WHERE p.id = v_pid AND c.n > 0
         RETURNING 1
       )
+      -- FILTER skips the other answer's arguments, not only its result.
       SELECT json_agg(json_build_object('index', i.ord - 1, 'message_id', coalesce(ins.id, i.prior),
                'transaction_id', i.txid, 'queueName', v_queues[1],
                'status', CASE WHEN i.ord = i.first_ord AND i.prior IS NULL THEN 'queued' ELSE 'duplicate' END)
-               ORDER BY i.ord),
-             CASE WHEN count(ins.id) > 0 THEN ARRAY[v_queues[1]] END
-        INTO result, queued
+               ORDER BY i.ord) FILTER (WHERE NOT p_lean),
+             CASE WHEN count(ins.id) > 0 THEN ARRAY[v_queues[1]] END,
+             array_agg(coalesce(ins.id, i.prior) ORDER BY i.ord) FILTER (WHERE p_lean),
+             string_agg(CASE WHEN i.ord = i.first_ord AND i.prior IS NULL THEN 'q' ELSE 'd' END, ''
+                        ORDER BY i.ord) FILTER (WHERE p_lean)
+        INTO result, queued, ids, verdicts
         FROM items i LEFT JOIN ins ON ins.transaction_id = i.txid;
       RETURN;
     END IF;
   END IF;
 
-  SELECT array_agg(coalesce(t, queen.uuid_v7()::text) ORDER BY n) INTO v_txids
+  SELECT array_agg(coalesce(t, p_new_txids[n::integer], queen.uuid_v7()::text) ORDER BY n) INTO v_txids
     FROM unnest(p_txids) WITH ORDINALITY u(t, n);
 
   -- Queues and partitions are created on first push.
@@ -233,7 +254,7 @@ BEGIN
   ),
   decided AS MATERIALIZED (
     SELECT d.*,
-           CASE WHEN d.is_fresh THEN coalesce(p_ids[d.ord::integer], queen.message_id(l.clock + d.rn)) END AS new_id
+           CASE WHEN d.is_fresh THEN coalesce(p_ids[d.ord::integer], queen.message_id(l.clock + d.rn, p_tails[d.ord::integer])) END AS new_id
       FROM (SELECT i.*, pr.id AS prior_id,
                    (i.ord = i.first_ord AND NOT i.full AND pr.id IS NULL) AS is_fresh,
                    count(*) FILTER (WHERE i.ord = i.first_ord AND NOT i.full AND pr.id IS NULL)
@@ -273,11 +294,14 @@ BEGIN
              json_build_object('index', a.ord - 1, 'message_id', a.message_id,
                'transaction_id', a.txid, 'queueName', a.qn,
                'status', CASE WHEN a.is_fresh THEN 'queued' ELSE 'duplicate' END)
-           END ORDER BY a.ord),
+           END ORDER BY a.ord) FILTER (WHERE NOT p_lean),
          array_agg(DISTINCT a.qn) FILTER (WHERE a.is_fresh),
          array_agg(DISTINCT a.qn) FILTER (WHERE a.seal_fault = 'u'),
-         min(a.qn) FILTER (WHERE a.seal_fault = 'k')
-    INTO result, queued, v_unsealed, v_key_id
+         min(a.qn) FILTER (WHERE a.seal_fault = 'k'),
+         array_agg(CASE WHEN NOT a.full THEN a.message_id END ORDER BY a.ord) FILTER (WHERE p_lean),
+         string_agg(CASE WHEN a.full THEN 'f' WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord)
+           FILTER (WHERE p_lean)
+    INTO result, queued, v_unsealed, v_key_id, ids, verdicts
     FROM answered a;
   -- Raising rolls back what this statement wrote.
   IF v_key_id IS NOT NULL THEN
