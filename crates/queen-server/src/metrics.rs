@@ -140,27 +140,32 @@ fn interned(text: &str) -> std::sync::Arc<str> {
     new
 }
 
+/// One KV result, its texts borrowed from the answer (they hold no escapes:
+/// op names and reasons are plain words).
 #[derive(serde::Deserialize)]
-struct Verdict {
-    op: Option<String>,
+struct Verdict<'a> {
+    #[serde(borrow)]
+    op: Option<std::borrow::Cow<'a, str>>,
     applied: Option<bool>,
     found: Option<bool>,
-    reason: Option<String>,
+    #[serde(borrow)]
+    reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
-struct Verdicts {
-    #[serde(default)]
-    results: Vec<Verdict>,
-    reason: Option<String>,
-    #[serde(rename = "kvReason")]
-    kv_reason: Option<String>,
+struct Verdicts<'a> {
+    #[serde(default, borrow)]
+    results: Vec<Verdict<'a>>,
+    #[serde(borrow)]
+    reason: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "kvReason", borrow)]
+    kv_reason: Option<std::borrow::Cow<'a, str>>,
 }
 
 /// Records the verdicts of a KV answer (a `{"results"}` body or a
-/// `kv_precondition` body).
+/// `kv_precondition` body). Labels are interned: a request allocates none.
 pub(crate) fn record_kv(body: &str) {
-    let Ok(v) = serde_json::from_str::<Verdicts>(body) else {
+    let Ok(v) = serde_json::from_str::<Verdicts<'_>>(body) else {
         return;
     };
     if v.reason.as_deref() == Some("kv_precondition") {
@@ -170,15 +175,15 @@ pub(crate) fn record_kv(body: &str) {
         return;
     }
     for r in v.results {
-        let verdict = match (r.applied, r.found, r.reason) {
-            (Some(true), _, _) => "applied".to_owned(),
-            (Some(false), _, Some(reason)) => reason,
-            (_, Some(true), _) => "found".to_owned(),
-            (_, Some(false), _) => "missing".to_owned(),
-            _ => "read".to_owned(),
+        let verdict: metrics::SharedString = match (r.applied, r.found, r.reason) {
+            (Some(true), _, _) => metrics::SharedString::const_str("applied"),
+            (Some(false), _, Some(reason)) => interned(&reason).into(),
+            (_, Some(true), _) => metrics::SharedString::const_str("found"),
+            (_, Some(false), _) => metrics::SharedString::const_str("missing"),
+            _ => metrics::SharedString::const_str("read"),
         };
-        metrics::counter!("queen_kv_verdicts_total", "op" => r.op.unwrap_or_default(), "verdict" => verdict)
-            .increment(1);
+        let op: metrics::SharedString = interned(r.op.as_deref().unwrap_or_default()).into();
+        metrics::counter!("queen_kv_verdicts_total", "op" => op, "verdict" => verdict).increment(1);
     }
 }
 
