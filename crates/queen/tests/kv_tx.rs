@@ -476,3 +476,90 @@ async fn a_kv_rider_that_is_not_an_array_is_400_kv_bad_body() {
     assert_error_body(s, &r, 400, "kv_bad_body");
     assert_queue_empty(&b, "q").await;
 }
+
+/// `queen.transaction_rows` applies a bundle's lone put or putIfAbsent
+/// itself instead of calling `queen.kv_apply`: for every key state, op and
+/// `required`, it must answer what `kv_apply` answers in a transaction
+/// (the result element, or the QN200 refusal body), version aside when a
+/// new one is drawn (each run draws its own, and both roll back).
+#[tokio::test]
+async fn a_lone_put_in_a_bundle_answers_as_kv_apply_would() {
+    let b = TestBroker::start().await;
+    let db = b.sql().await;
+    db.batch_execute(
+        "INSERT INTO queen.kv (ns, key, value, version, expires_at)
+         VALUES ('d', 'live', '{\"v\": 1}', nextval('queen.kv_version_seq'), NULL),
+                ('d', 'expired', '2', nextval('queen.kv_version_seq'), now() - interval '1 second')",
+    )
+    .await
+    .unwrap();
+    let live: i64 =
+        db.query_one("SELECT version FROM queen.kv WHERE key = 'live'", &[]).await.unwrap().get(0);
+    let cols = "ARRAY[$1::text], ARRAY['d'], ARRAY[$2::text], ARRAY['{\"n\": 5}'::jsonb], ARRAY[$3::bigint],
+                ARRAY[$6::boolean], ARRAY[$4::bigint], ARRAY[$5::boolean], ARRAY[NULL::numeric],
+                ARRAY[NULL::numeric], ARRAY[NULL::numeric], ARRAY[NULL::jsonb], ARRAY[NULL::text],
+                ARRAY[NULL::text], ARRAY[NULL::integer], ARRAY[NULL::boolean]";
+    let general = format!(
+        "SELECT queen.kv_apply({cols}, '{{\"tx\": true, \"txId\": \"T\", \"offset\": 0, \"maxReadBytes\": 4194304}}')::text"
+    );
+    let lone = format!(
+        "SELECT queen.transaction_rows('T', NULL, 4194304, 0, '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}',
+           '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', {cols},
+           '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}')::text"
+    );
+    // Runs one statement in a transaction that rolls back: its answer, or its refusal body.
+    async fn run(
+        db: &tokio_postgres::Client,
+        sql: &str,
+        p: (&str, &str, Option<i64>, Option<i64>, bool),
+    ) -> Value {
+        // A write carries exactly one of ttlSeconds or forever (the engine checks).
+        let forever = p.2.is_none().then_some(true);
+        db.batch_execute("BEGIN").await.unwrap();
+        let got = db.query_one(sql, &[&p.0, &p.1, &p.2, &p.3, &p.4, &forever]).await;
+        db.batch_execute("ROLLBACK").await.unwrap();
+        match got {
+            Ok(row) => serde_json::from_str(&row.get::<_, String>(0)).unwrap(),
+            Err(e) => {
+                let e = e.as_db_error().expect("a database error").clone();
+                json!({"refused": serde_json::from_str::<Value>(e.message()).unwrap(), "code": e.code().code()})
+            }
+        }
+    }
+    let mut cases = Vec::new();
+    for op in ["put", "putIfAbsent"] {
+        for key in ["absent", "live", "expired"] {
+            for expect in [None, Some(0), Some(live), Some(live + 1000)] {
+                for required in [false, true] {
+                    for ttl in [None, Some(60)] {
+                        cases.push((op, key, ttl, expect, required));
+                    }
+                }
+            }
+        }
+    }
+    let (mut applied, mut refused) = (0, 0);
+    for case in cases {
+        let want = run(&db, &general, case).await;
+        let got = run(&db, &lone, case).await;
+        if want.get("refused").is_some() {
+            refused += 1;
+            assert_eq!(got, want, "{case:?}");
+            continue;
+        }
+        let mut want = want[0].clone();
+        let mut got = got["results"][0].clone();
+        assert_eq!(got["index"], 0, "{case:?}");
+        if want["applied"] == true {
+            applied += 1;
+            assert!(got["version"].as_i64().unwrap() > want["version"].as_i64().unwrap(), "{case:?}");
+            want["version"] = Value::Null;
+            got["version"] = Value::Null;
+        }
+        assert_eq!(got, want, "{case:?}");
+    }
+    assert!(applied > 0 && refused > 0, "applied {applied}, refused {refused}");
+    let untouched: i64 =
+        db.query_one("SELECT count(*) FROM queen.kv WHERE key = 'absent'", &[]).await.unwrap().get(0);
+    assert_eq!(untouched, 0, "every run rolled back");
+}

@@ -40,6 +40,7 @@ DECLARE
   v_kv json := '[]';
   v_timers jsonb := '[]';
   r record;
+  v_one jsonb;
 BEGIN
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
     -- queen.push_rows refuses while push is paused.
@@ -60,7 +61,23 @@ BEGIN
                             p_tx_id, p_lent_lease);
   END IF;
 
-  IF coalesce(array_length(a_op, 1), 0) > 0 THEN
+  -- One put or putIfAbsent (the `once` marker of an idempotent consumer)
+  -- is applied here as queen.kv_apply would apply it, without that call:
+  -- 7-9% of a pop + once + ack under pgbench at 16 clients.
+  IF cardinality(a_op) = 1 AND a_op[1] IN ('put', 'putIfAbsent') THEN
+    v_one := queen.kv_put(a_ns[1], a_key[1], a_value[1], a_ttl[1], a_forever[1],
+                          CASE WHEN a_op[1] = 'put' THEN a_expect[1] ELSE 0 END);
+    IF a_required[1] AND NOT (v_one ->> 'applied')::boolean THEN
+      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = (jsonb_build_object('transactionId', p_tx_id,
+          'success', false, 'error', 'kv precondition lost at index ' || p_slot_count || ' ('
+            || (v_one ->> 'reason') || '); the transaction rolled back',
+          'results', '[]'::jsonb)
+        || jsonb_build_object('ok', false, 'reason', 'kv_precondition', 'failedIndex', p_slot_count,
+             'kvReason', v_one ->> 'reason', 'key', a_key[1], 'version', v_one -> 'version',
+             'value', v_one -> 'value'))::text;
+    END IF;
+    v_kv := json_build_array(jsonb_build_object('index', p_slot_count, 'op', a_op[1], 'type', 'kv') || v_one);
+  ELSIF coalesce(array_length(a_op, 1), 0) > 0 THEN
     v_kv := queen.kv_apply(a_op, a_ns, a_key, a_value, a_ttl, a_forever, a_expect, a_required,
       a_delta, a_min, a_max, a_keys, a_prefix, a_after, a_limit, a_keys_only,
       jsonb_build_object('tx', true, 'txId', p_tx_id, 'offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
