@@ -589,8 +589,7 @@ async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announ
     let alone = |items: Vec<PushItem>| {
         let (pool, announce) = (pool.clone(), announce.clone());
         async move {
-            let cols = PushColumns::of(&items);
-            let pushed = push_call(&pool, &cols, None, &announce).await?;
+            let (cols, pushed) = push_call(&pool, items.iter(), None, &announce).await?;
             cols.answer(&pushed, 0..items.len())
         }
     };
@@ -598,8 +597,8 @@ async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announ
     let counts: Vec<usize> = batch.iter().map(|w| w.request.len()).collect();
     let requests: Vec<i32> =
         counts.iter().enumerate().flat_map(|(n, &c)| std::iter::repeat_n(n as i32, c)).collect();
-    let cols = PushColumns::of(batch.iter().flat_map(|w| w.request.iter()));
-    let outcome = push_call(&pool, &cols, Some(requests), &announce).await.and_then(|pushed| {
+    let items = batch.iter().flat_map(|w| w.request.iter());
+    let outcome = push_call(&pool, items, Some(requests), &announce).await.and_then(|(cols, pushed)| {
         let mut start = 0;
         counts
             .iter()
@@ -609,18 +608,20 @@ async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announ
             })
             .collect::<Result<Vec<Json>, EngineError>>()
     });
-    drop(cols);
     answer_batch(batch, outcome, alone).await
 }
 
-/// One `push_rows` call; announces the queues that got messages after the commit.
-pub(crate) async fn push_call(
+/// One `push_rows` call; announces the queues that got messages after the
+/// commit. The columns are built once a connection is in hand: under load
+/// most pushes wait for one, and a waiting push then holds only its items.
+pub(crate) async fn push_call<'a>(
     pool: &Pool,
-    c: &PushColumns<'_>,
+    items: impl IntoIterator<Item = &'a PushItem>,
     requests: Option<Vec<i32>>,
     announce: &Announce,
-) -> Result<Pushed, EngineError> {
+) -> Result<(PushColumns<'a>, Pushed), EngineError> {
     let client = pool.get().await?;
+    let c = PushColumns::of(items);
     let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
     let row = client
         .query_one(
@@ -646,7 +647,7 @@ pub(crate) async fn push_call(
         announce(queues);
     }
     match (ids, verdicts) {
-        (Some(ids), Some(verdicts)) => Ok(Pushed { ids, verdicts }),
+        (Some(ids), Some(verdicts)) => Ok((c, Pushed { ids, verdicts })),
         _ => Err(EngineError::Protocol("push answered NULL".into())),
     }
 }

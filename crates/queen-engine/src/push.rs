@@ -272,8 +272,8 @@ impl Engine {
     async fn push_sealed(&self, items: &[PushItem]) -> Result<Json, EngineError> {
         let items = self.seal_items(items)?;
         if items.len() > BATCH_AT_MOST_ITEMS {
-            let cols = PushColumns::of(items.iter());
-            let pushed = crate::batch::push_call(self.pool(), &cols, None, &self.announce_fn()).await?;
+            let (cols, pushed) =
+                crate::batch::push_call(self.pool(), items.iter(), None, &self.announce_fn()).await?;
             return cols.answer(&pushed, 0..items.len());
         }
         self.push_batcher().call(items.into_owned()).await
