@@ -187,7 +187,10 @@ impl<'a> PushColumns<'a> {
     pub(crate) fn answer(&self, pushed: &Pushed, range: std::ops::Range<usize>) -> Result<Json, EngineError> {
         use std::fmt::Write;
         let verdicts = pushed.verdicts.as_bytes();
-        if pushed.ids.len() != self.queues.len() || verdicts.len() != self.queues.len() {
+        if pushed.ids.len() != self.queues.len()
+            || verdicts.len() != self.queues.len()
+            || range.end > self.queues.len()
+        {
             return Err(EngineError::Protocol("push answered a result per item of another batch".into()));
         }
         let quoted = |s: &str| serde_json::to_string(s).unwrap_or_else(|_| "null".into());
@@ -344,6 +347,7 @@ mod tests {
                  "error": "Queue 'f' would exceed max capacity"},
             ])
         );
+        assert!(c.answer(&pushed, 2..5).is_err(), "a range past the items is refused, not a panic");
         let short = Pushed { ids: vec![Some(id)], verdicts: "q".into() };
         assert!(c.answer(&short, 0..1).is_err(), "an answer for another batch is refused");
         let odd = Pushed { ids: vec![None; 4], verdicts: "qqqz".into() };
