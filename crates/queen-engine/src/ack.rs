@@ -136,6 +136,18 @@ impl<'a> AckColumns<'a> {
         }
         c
     }
+
+    /// The six arrays, in the order `ack_rows` and every statement over it take them.
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 6] {
+        [
+            &self.transaction_ids,
+            &self.partition_ids,
+            &self.statuses,
+            &self.errors,
+            &self.lease_ids,
+            &self.groups,
+        ]
+    }
 }
 
 impl Engine {

@@ -621,7 +621,7 @@ pub(crate) async fn push_call<'a>(
     announce: &Announce,
 ) -> Result<(PushColumns<'a>, Pushed), EngineError> {
     let client = pool.get().await?;
-    let c = PushColumns::of(items);
+    let c = PushColumns::drawn(items);
     let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
     let row = client
         .query_one(
@@ -671,12 +671,7 @@ pub(crate) async fn ack_call(pool: &Pool, items: &[AckItem]) -> Result<Json, Eng
     let c = AckColumns::of(items);
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/ack.sql")).await?;
-    let row = client
-        .query_one(
-            &stmt,
-            &[&c.transaction_ids, &c.partition_ids, &c.statuses, &c.errors, &c.lease_ids, &c.groups],
-        )
-        .await?;
+    let row = client.query_one(&stmt, &c.params()).await?;
     let answer: Option<String> = row.try_get(0)?;
     answer.map(Json).ok_or_else(|| EngineError::Protocol("ack answered NULL".into()))
 }
@@ -685,20 +680,9 @@ pub(crate) async fn ack_call(pool: &Pool, items: &[AckItem]) -> Result<Json, Eng
 async fn ack_many(pool: &Pool, c: &AckColumns<'_>, requests: &[i32]) -> Result<Vec<Json>, EngineError> {
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/ack_batch.sql")).await?;
-    let row = client
-        .query_one(
-            &stmt,
-            &[
-                &c.transaction_ids,
-                &c.partition_ids,
-                &c.statuses,
-                &c.errors,
-                &c.lease_ids,
-                &c.groups,
-                &requests,
-            ],
-        )
-        .await?;
+    let mut params = c.params().to_vec();
+    params.push(&requests);
+    let row = client.query_one(&stmt, &params).await?;
     let answers: Vec<String> = row.try_get(0)?;
     Ok(answers.into_iter().map(Json).collect())
 }

@@ -104,10 +104,12 @@ fn optional_name(
 }
 
 /// The typed arrays `queen.push_rows` takes, borrowed from the items, and
-/// what the engine draws for them: a transaction id (a UUIDv7) for each
-/// item that came without one, and the random half of each new message id.
-/// Drawn here, they spare the database a PL/pgSQL call and two calls of its
-/// OpenSSL-backed `gen_random_uuid()` per item.
+/// (built with [`PushColumns::drawn`], for `statements/push.sql`) what the
+/// engine draws for them: a transaction id (a UUIDv7) for each item that
+/// came without one, and the random half of each new message id. Drawn
+/// here, they spare the database a PL/pgSQL call and two calls of its
+/// OpenSSL-backed `gen_random_uuid()` per item. Bundles and stream cycles
+/// pass neither, and the database draws them.
 pub(crate) struct PushColumns<'a> {
     pub queues: Vec<&'a str>,
     pub partitions: Vec<&'a str>,
@@ -115,7 +117,7 @@ pub(crate) struct PushColumns<'a> {
     pub trace_ids: Vec<Option<&'a str>>,
     pub payloads: Vec<Option<&'a str>>,
     pub producer_subs: Vec<Option<&'a str>>,
-    /// `Some` for an item without a transaction id.
+    /// `Some` for an item without a transaction id (empty until drawn).
     pub new_txids: Vec<Option<String>>,
     /// The low 64 bits of each item's message id, variant bits set; `None`
     /// (the database draws them) only if the system's random source failed.
@@ -142,6 +144,12 @@ impl<'a> PushColumns<'a> {
             c.payloads.push(it.payload.as_ref().map(|p| p.get()));
             c.producer_subs.push(it.producer_sub.as_deref());
         }
+        c
+    }
+
+    /// The columns with the drawn transaction ids and id tails.
+    pub(crate) fn drawn(items: impl IntoIterator<Item = &'a PushItem>) -> Self {
+        let mut c = Self::of(items);
         c.draw();
         c
     }
@@ -189,6 +197,7 @@ impl<'a> PushColumns<'a> {
         let verdicts = pushed.verdicts.as_bytes();
         if pushed.ids.len() != self.queues.len()
             || verdicts.len() != self.queues.len()
+            || self.new_txids.len() != self.queues.len()
             || range.end > self.queues.len()
         {
             return Err(EngineError::Protocol("push answered a result per item of another batch".into()));
@@ -312,7 +321,7 @@ mod tests {
         let items =
             decode_push_items(r#"[{"queue":"q"},{"queue":"q","transactionId":"mine"},{"queue":"q"}]"#)
                 .unwrap();
-        let c = PushColumns::of(&items);
+        let c = PushColumns::drawn(&items);
         assert_eq!(c.new_txids.len(), 3);
         assert!(c.new_txids[1].is_none(), "an item's own id is kept");
         for drawn in [&c.new_txids[0], &c.new_txids[2]] {
@@ -333,7 +342,7 @@ mod tests {
             r#"[{"queue":"a","transactionId":"t0"},{"queue":"q\"x","transactionId":"t1"},{"queue":"q\"x","transactionId":"t1"},{"queue":"f"}]"#,
         )
         .unwrap();
-        let c = PushColumns::of(&items);
+        let c = PushColumns::drawn(&items);
         let id = uuid::Uuid::new_v4();
         let pushed = Pushed { ids: vec![Some(id), Some(id), Some(id), None], verdicts: "qqdf".into() };
         let body: serde_json::Value = serde_json::from_str(&c.answer(&pushed, 1..4).unwrap().0).unwrap();

@@ -227,8 +227,8 @@ pub(crate) async fn bundle_call(
     max_read: i64,
 ) -> Result<Json, EngineError> {
     let tx_id = uuid::Uuid::new_v4().to_string();
-    let (ack_slots, ack_items): (Vec<i32>, Vec<AckItem>) = bundle.acks.iter().cloned().unzip();
-    let acks = AckColumns::of(&ack_items);
+    let ack_slots: Vec<i32> = bundle.acks.iter().map(|(slot, _)| *slot).collect();
+    let acks = AckColumns::of(bundle.acks.iter().map(|(_, a)| a));
     let kv = KvColumns::of(&bundle.kv);
     let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
         &tx_id,
@@ -242,13 +242,8 @@ pub(crate) async fn bundle_call(
         &push.trace_ids,
         &push.payloads,
         &ack_slots,
-        &acks.transaction_ids,
-        &acks.partition_ids,
-        &acks.statuses,
-        &acks.errors,
-        &acks.lease_ids,
-        &acks.groups,
     ];
+    params.extend(acks.params());
     params.extend(kv.params());
     params.extend(timer_columns.params());
     let subs = push.subs();
@@ -286,21 +281,9 @@ pub(crate) async fn plain_bundles_call(
     let ack_slots: Vec<i32> = bundles.iter().flat_map(|b| b.acks.iter().map(|(slot, _)| *slot)).collect();
     let acks = AckColumns::of(bundles.iter().flat_map(|b| b.acks.iter().map(|(_, a)| a)));
     let kv = KvColumns::of(bundles.iter().flat_map(|b| b.kv.iter()));
-    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = vec![
-        &tx_ids,
-        &lent,
-        &max_read,
-        &slots,
-        &ack_counts,
-        &kv_counts,
-        &ack_slots,
-        &acks.transaction_ids,
-        &acks.partition_ids,
-        &acks.statuses,
-        &acks.errors,
-        &acks.lease_ids,
-        &acks.groups,
-    ];
+    let mut params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+        vec![&tx_ids, &lent, &max_read, &slots, &ack_counts, &kv_counts, &ack_slots];
+    params.extend(acks.params());
     params.extend(kv.params());
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/transaction_batch.sql")).await?;
