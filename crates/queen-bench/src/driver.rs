@@ -8,11 +8,12 @@
 //! (`Reqwest`), since it measures the broker over time, not its ceiling.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use anyhow::{bail, Context};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::http1::{Connection, SendRequest};
 use hyper::{header, Method, Request};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -27,9 +28,19 @@ pub trait Driver: Send {
 }
 
 /// One HTTP/1.1 connection, kept alive, reopened after an error.
+///
+/// The connection is driven inside the task that sends on it (no spawned
+/// connection task), as pgbench drives its sockets in its own loop: a
+/// spawned task would add a task wake-up, often on another thread, to both
+/// ends of every request.
 pub struct LeanConn {
     authority: String,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    open: Option<Open>,
+}
+
+struct Open {
+    sender: SendRequest<Full<Bytes>>,
+    conn: Pin<Box<Connection<TokioIo<TcpStream>, Full<Bytes>>>>,
 }
 
 impl LeanConn {
@@ -38,21 +49,16 @@ impl LeanConn {
         let Some(authority) = base.strip_prefix("http://") else {
             bail!("the bench drives plain http:// brokers, not {base}");
         };
-        Ok(LeanConn { authority: authority.trim_end_matches('/').to_owned(), sender: None })
+        Ok(LeanConn { authority: authority.trim_end_matches('/').to_owned(), open: None })
     }
 
-    async fn open(&self) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    async fn connect(&self) -> anyhow::Result<Open> {
         let stream = TcpStream::connect(&self.authority)
             .await
             .with_context(|| format!("connecting to {}", self.authority))?;
         stream.set_nodelay(true)?;
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        tokio::spawn(async move {
-            // The connection ends when the sender is dropped or the broker
-            // closes it; the next request opens another.
-            let _ = conn.await;
-        });
-        Ok(sender)
+        Ok(Open { sender, conn: Box::pin(conn) })
     }
 
     async fn send(
@@ -61,22 +67,36 @@ impl LeanConn {
         path: &str,
         body: Option<String>,
     ) -> anyhow::Result<(u16, Bytes)> {
-        let mut sender = match self.sender.take() {
-            Some(s) if !s.is_closed() => s,
-            _ => self.open().await?,
+        let mut open = match self.open.take() {
+            Some(o) if !o.sender.is_closed() => o,
+            _ => self.connect().await?,
         };
-        sender.ready().await?;
         let mut req = Request::builder().method(method).uri(path).header(header::HOST, &self.authority);
         if body.is_some() {
             req = req.header(header::CONTENT_TYPE, "application/json");
         }
         let req = req.body(Full::new(Bytes::from(body.unwrap_or_default())))?;
-        let resp = sender.send_request(req).await?;
-        let status = resp.status().as_u16();
-        let bytes = resp.into_body().collect().await?.to_bytes();
+        let Open { sender, conn } = &mut open;
+        let exchange = async {
+            sender.ready().await?;
+            let resp = sender.send_request(req).await?;
+            let status = resp.status().as_u16();
+            let bytes = resp.into_body().collect().await?.to_bytes();
+            Ok::<_, anyhow::Error>((status, bytes))
+        };
+        // The exchange is polled first; the connection makes its progress.
+        // The connection ending first (the broker closed it) is an error.
+        let answer = tokio::select! {
+            biased;
+            answer = exchange => answer?,
+            ended = conn.as_mut() => {
+                ended?;
+                bail!("the broker closed the connection");
+            }
+        };
         // Kept only after a whole exchange: an error drops the connection.
-        self.sender = Some(sender);
-        Ok((status, bytes))
+        self.open = Some(open);
+        Ok(answer)
     }
 }
 

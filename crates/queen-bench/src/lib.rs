@@ -317,41 +317,60 @@ async fn run_ours(
     let done = Arc::new(AtomicU64::new(0));
     let empty = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
-    let mut tasks = Vec::new();
-    for c in 0..clients {
-        let mut http = driver::LeanConn::new(base)?;
-        let (stop, done, empty, errors, blob) =
-            (stop.clone(), done.clone(), empty.clone(), errors.clone(), blob.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-            let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
-            while !stop.load(Ordering::Relaxed) {
-                let op = w.pick(&mut rng);
-                let t = Instant::now();
-                let outcome = match op.http_op(&mut http, c, &mut rng, &blob).await {
-                    Ok(o) => o,
-                    Err(e) => {
-                        tracing::warn!("{}: {e:#}", w.name());
-                        Outcome::Wrong
+    // The clients run as pgbench's do: on threads of their own, as many as
+    // its `-j` on the other side of the ratio (run_pgbench), each thread
+    // one event loop (a current-thread runtime) over its share of the
+    // clients. A request of ours then pays no wake-up between threads that
+    // pgbench's requests do not.
+    let threads = pgbench_threads(clients);
+    let mut generators = Vec::with_capacity(threads);
+    for t in 0..threads {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let mut tasks = Vec::new();
+        for c in (t..clients).step_by(threads) {
+            let mut http = driver::LeanConn::new(base)?;
+            let (stop, done, empty, errors, blob) =
+                (stop.clone(), done.clone(), empty.clone(), errors.clone(), blob.clone());
+            tasks.push(runtime.spawn(async move {
+                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+                while !stop.load(Ordering::Relaxed) {
+                    let op = w.pick(&mut rng);
+                    let t = Instant::now();
+                    let outcome = match op.http_op(&mut http, c, &mut rng, &blob).await {
+                        Ok(o) => o,
+                        Err(e) => {
+                            tracing::warn!("{}: {e:#}", w.name());
+                            Outcome::Wrong
+                        }
+                    };
+                    match outcome {
+                        Outcome::Wrong => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            // An error loop must not spin: back off a little.
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                        Outcome::Empty => {
+                            empty.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Outcome::Done => {}
                     }
-                };
-                match outcome {
-                    Outcome::Wrong => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        // An error loop must not spin: back off a little.
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                        continue;
-                    }
-                    Outcome::Empty => {
-                        empty.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Outcome::Done => {}
+                    hist.saturating_record(t.elapsed().as_micros() as u64);
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
-                hist.saturating_record(t.elapsed().as_micros() as u64);
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, anyhow::Error>(hist)
-        }));
+                Ok::<_, anyhow::Error>(hist)
+            }));
+        }
+        generators.push(std::thread::Builder::new().name(format!("bench-client-{t}")).spawn(move || {
+            runtime.block_on(async move {
+                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+                for task in tasks {
+                    hist.add(task.await??)?;
+                }
+                Ok::<_, anyhow::Error>(hist)
+            })
+        })?);
     }
     let cpu_before = cpu_ns(pid);
     let started = Instant::now();
@@ -368,8 +387,11 @@ async fn run_ours(
     let ops = done_ops as f64 / elapsed;
     let cpu_us_per_op = cpu.filter(|_| done_ops > 0).map(|ns| ns as f64 / 1000.0 / done_ops as f64);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    for t in tasks {
-        hist.add(t.await??)?;
+    for generator in generators {
+        let part = tokio::task::spawn_blocking(move || generator.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("a bench client thread panicked"))??;
+        hist.add(part)?;
     }
     rss_peak = rss_peak.max(rss_mb(pid));
     Ok(Ours {
@@ -391,6 +413,12 @@ struct Pg {
     p99_ms: Option<f64>,
 }
 
+/// pgbench's threads (`-j`) for `clients`, and our generator's: one per
+/// core of this 2-core machine at most.
+fn pgbench_threads(clients: usize) -> usize {
+    clients.clamp(1, 2)
+}
+
 fn run_pgbench(
     scripts: &[(PathBuf, u64)],
     defines: &[(String, String)],
@@ -403,7 +431,7 @@ fn run_pgbench(
     std::fs::create_dir_all(&logs)?;
     let mut cmd = Command::new("pgbench");
     cmd.args(["-n", "-M", "prepared", "-T", &seconds.to_string(), "-c", &clients.to_string()])
-        .args(["-j", &clients.clamp(1, 2).to_string(), "-l", "--log-prefix"])
+        .args(["-j", &pgbench_threads(clients).to_string(), "-l", "--log-prefix"])
         .arg(logs.join("tx"));
     for (k, v) in defines {
         cmd.arg("-D").arg(format!("{k}={v}"));
@@ -646,7 +674,7 @@ async fn run_all(
     all_series: &[Series],
     scaling_clients: &[usize],
 ) -> anyhow::Result<()> {
-    let broker = start_broker(url, args.pool_size).await?;
+    let mut broker = start_broker(url, args.pool_size).await?;
     let db = connect(url).await?;
     let (max_connections, cap) = pgbench_cap(&db, args.pool_size).await?;
     let settings = server_settings(&db).await?;
@@ -665,7 +693,8 @@ async fn run_all(
             "pgbench_client_cap": cap,
         }),
     );
-    let run = Run { args, db, url: url.to_owned(), base: broker.base.clone(), pid: broker.child.id(), cap };
+    let mut run =
+        Run { args, db, url: url.to_owned(), base: broker.base.clone(), pid: broker.child.id(), cap };
     println!(
         "pgbench runs at most {cap} clients (max_connections {max_connections}, less the broker's pool and headroom); \
          a row past that compares at capped concurrency.\n"
@@ -685,7 +714,17 @@ async fn run_all(
     if !workloads.is_empty() {
         bar.suspend(|| println!("{}", report::SWEEP_HEADER));
     }
-    for &w in workloads {
+    for (i, &w) in workloads.iter().enumerate() {
+        // A fresh broker for each workload after the first, so that each
+        // row's RSS peak is its own workload's: freed memory stays in the
+        // allocator, and one broker's peak would carry over from, say,
+        // push-100 at 256 clients into every workload after it.
+        if i > 0 {
+            drop(broker);
+            broker = start_broker(url, args.pool_size).await?;
+            run.base.clone_from(&broker.base);
+            run.pid = broker.child.id();
+        }
         for c in sweep_clients(w) {
             bar.set_message(format!("{} x{c}", w.name()));
             let mut p = run.measure(w, c).await?;
