@@ -162,10 +162,20 @@ struct Broker {
     base: String,
 }
 
+impl Broker {
+    /// Stops the broker (SIGTERM, then waits for it); a no-op once it has
+    /// exited, so a reused pid is never signalled.
+    fn stop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 
@@ -502,8 +512,7 @@ struct Run<'a> {
     args: &'a BenchArgs,
     db: tokio_postgres::Client,
     url: String,
-    base: String,
-    pid: u32,
+    broker: Broker,
     cap: usize,
 }
 
@@ -543,9 +552,11 @@ impl Run<'_> {
         };
         let blob = Arc::new(workload::blob(size));
         w.prepare(&self.db, clients, &blob).await?;
-        let before = batch_sizes(&self.base).await;
-        let ours = run_ours(w, &self.base, clients, self.args.seconds, self.pid, blob.clone()).await?;
-        let batches = batch_delta(&before, &batch_sizes(&self.base).await);
+        let base = &self.broker.base;
+        let before = batch_sizes(base).await;
+        let ours =
+            run_ours(w, base, clients, self.args.seconds, self.broker.child.id(), blob.clone()).await?;
+        let batches = batch_delta(&before, &batch_sizes(base).await);
 
         w.prepare(&self.db, clients, &blob).await?;
         let (pg, pgbench_failed, pg_clients) = self.pgbench_side(w, clients, "twin", w.twin(&blob)).await?;
@@ -674,7 +685,7 @@ async fn run_all(
     all_series: &[Series],
     scaling_clients: &[usize],
 ) -> anyhow::Result<()> {
-    let mut broker = start_broker(url, args.pool_size).await?;
+    let broker = start_broker(url, args.pool_size).await?;
     let db = connect(url).await?;
     let (max_connections, cap) = pgbench_cap(&db, args.pool_size).await?;
     let settings = server_settings(&db).await?;
@@ -693,8 +704,7 @@ async fn run_all(
             "pgbench_client_cap": cap,
         }),
     );
-    let mut run =
-        Run { args, db, url: url.to_owned(), base: broker.base.clone(), pid: broker.child.id(), cap };
+    let mut run = Run { args, db, url: url.to_owned(), broker, cap };
     println!(
         "pgbench runs at most {cap} clients (max_connections {max_connections}, less the broker's pool and headroom); \
          a row past that compares at capped concurrency.\n"
@@ -720,10 +730,10 @@ async fn run_all(
         // allocator, and one broker's peak would carry over from, say,
         // push-100 at 256 clients into every workload after it.
         if i > 0 {
-            drop(broker);
-            broker = start_broker(url, args.pool_size).await?;
-            run.base.clone_from(&broker.base);
-            run.pid = broker.child.id();
+            // Stopped first: two brokers' pools at once could pass
+            // max_connections beside pgbench's clients.
+            run.broker.stop();
+            run.broker = start_broker(url, args.pool_size).await?;
         }
         for c in sweep_clients(w) {
             bar.set_message(format!("{} x{c}", w.name()));
@@ -756,15 +766,17 @@ async fn run_all(
         });
     }
     bar.finish_and_clear();
-    let fire =
-        if args.timers > 0 { Some(timer_fire_lag(&run.base, &run.db, args.timers).await?) } else { None };
+    let fire = if args.timers > 0 {
+        Some(timer_fire_lag(&run.broker.base, &run.db, args.timers).await?)
+    } else {
+        None
+    };
     let ephemeral = if args.ephemeral_seconds > 0 {
-        Some(ephemeral_vs_durable(&run.base, Duration::from_secs(args.ephemeral_seconds), 16).await?)
+        Some(ephemeral_vs_durable(&run.broker.base, Duration::from_secs(args.ephemeral_seconds), 16).await?)
     } else {
         None
     };
     drop(run);
-    drop(broker);
     let dir = report.write()?;
     if let Some(fire) = fire {
         std::fs::write(dir.join("timers.json"), serde_json::to_string_pretty(&fire)?)?;
