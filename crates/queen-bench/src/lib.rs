@@ -13,7 +13,8 @@
 //! child process: the binary is `std::env::current_exe()`, so [`run`] is
 //! meant to be called from the `queen` binary (`queen bench`). `--scaling`
 //! adds the runs that show how cost grows with the size of the data
-//! (namespace, partitions, consumer groups, value size). Results go to
+//! (namespace, partitions, consumer groups, value size, partitions a push
+//! creates or spreads over). Results go to
 //! `bench/results/<unix time>/` as JSON, markdown and PNG. `--soak-seconds N`
 //! runs the soak instead (see `soak`).
 
@@ -28,7 +29,7 @@ mod workload;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -50,12 +51,14 @@ pub struct BenchArgs {
         default_value = "postgres://postgres@127.0.0.1:5432/postgres"
     )]
     database_url: String,
-    /// Workloads of the concurrency sweep, comma separated: push-1, push-10, push-100, pop-ack,
-    /// pop-any, fanout, once-ack, kv-get, kv-put, kv-put-if-absent, kv-incr, kv-prefix, mixed;
-    /// `none` for no sweep.
+    /// Workloads of the concurrency sweep, comma separated: push-1, push-10, push-100,
+    /// push-1-rand1k, push-1-rand100k (1 message to a random one of 1,000 / 100,000 existing
+    /// partitions), push-100-spread100, push-1000-spread1000 (100 / 1,000 messages over as many
+    /// distinct partitions of 1,000), pop-ack, pop-any, fanout, once-ack, kv-get, kv-put,
+    /// kv-put-if-absent, kv-incr, kv-prefix, mixed; `none` for no sweep.
     #[arg(
         long,
-        default_value = "push-1,push-10,push-100,pop-ack,fanout,once-ack,kv-get,kv-put,kv-put-if-absent,kv-incr,kv-prefix,mixed"
+        default_value = "push-1,push-10,push-100,push-1-rand1k,push-1-rand100k,push-100-spread100,push-1000-spread1000,pop-ack,fanout,once-ack,kv-get,kv-put,kv-put-if-absent,kv-incr,kv-prefix,mixed"
     )]
     workloads: String,
     /// Concurrent clients of the sweep, comma separated.
@@ -65,8 +68,11 @@ pub struct BenchArgs {
     #[arg(long)]
     scaling: bool,
     /// Scaling series, comma separated: prefix (getPrefix page vs namespace size), pop (pop vs
-    /// partitions), push-groups (push vs consumer groups), kv-value (KV vs value size).
-    #[arg(long, default_value = "prefix,pop,push-groups,kv-value")]
+    /// partitions), push-groups (push vs consumer groups), kv-value (KV vs value size),
+    /// push-create (a push that creates a partition, at 1k / 10k / 100k partitions, without and
+    /// with a consumer group; one client), push-curve (one push of N items over P partitions,
+    /// N in 100, 1600, 10000 and P in 1, 100, 1000, N; one client).
+    #[arg(long, default_value = "prefix,pop,push-groups,kv-value,push-create,push-curve")]
     scaling_series: String,
     /// Concurrent clients of each scaling point, comma separated.
     #[arg(long, default_value = "1,16")]
@@ -117,7 +123,18 @@ struct Series {
     /// Cost is read from latency (p50) or from throughput.
     latency: bool,
     points: Vec<(Workload, u32)>,
+    /// The clients of each point, when the series fixes them (else
+    /// --scaling-clients): a latency of one client, one request at a time.
+    clients: Option<&'static [usize]>,
+    /// At most this many ops per side of a point (see [`Run::measure`]).
+    max_ops: Option<u64>,
 }
+
+/// Creations measured per side at each level of push-create: a few hundred,
+/// so the level (partitions of the queue) moves little while it is measured.
+const CREATE_OPS: u64 = 300;
+/// Requests per side of each cell of push-curve (the median is reported).
+const CURVE_REPS: u64 = 5;
 
 fn series(key: &str) -> anyhow::Result<Series> {
     Ok(match key {
@@ -127,6 +144,8 @@ fn series(key: &str) -> anyhow::Result<Series> {
             unit: "keys in the namespace",
             latency: true,
             points: [1000, 100_000, 1_000_000].map(|k| (Workload::KvPrefix { keys: k }, k)).to_vec(),
+            clients: None,
+            max_ops: None,
         },
         "pop" => Series {
             key: "pop",
@@ -134,6 +153,8 @@ fn series(key: &str) -> anyhow::Result<Series> {
             unit: "partitions",
             latency: true,
             points: [10, 10_000, 100_000].map(|p| (Workload::PopAny { partitions: p }, p)).to_vec(),
+            clients: None,
+            max_ops: None,
         },
         "push-groups" => Series {
             key: "push-groups",
@@ -141,6 +162,46 @@ fn series(key: &str) -> anyhow::Result<Series> {
             unit: "consumer groups",
             latency: false,
             points: [1, 10].map(|g| (Workload::Push { batch: 10, groups: g }, g)).to_vec(),
+            clients: None,
+            max_ops: None,
+        },
+        // The queue grows to 100,000 partitions: SQL makes them (one
+        // statement per level, as the first push of each would leave them),
+        // then a few hundred pushes each create one more, one at a time.
+        // The levels rise, so the queue is only topped up between them.
+        "push-create" => Series {
+            key: "push-create",
+            title: "push of 1 message that creates its partition vs partitions of the queue",
+            unit: "partitions already in the queue",
+            latency: true,
+            points: [0, 1]
+                .into_iter()
+                .flat_map(|g| {
+                    [1000, 10_000, 100_000].map(|p| (Workload::PushCreate { partitions: p, groups: g }, p))
+                })
+                .collect(),
+            clients: Some(&[1]),
+            max_ops: Some(CREATE_OPS),
+        },
+        // Time per request as N and P grow: linear in N, flat in P is the
+        // aim. P = N is measured once when it is also one of the fixed P.
+        "push-curve" => Series {
+            key: "push-curve",
+            title: "one push of N items over P partitions (time per request; a line per N)",
+            unit: "partitions the items spread over (P)",
+            latency: true,
+            points: [100, 1600, 10_000]
+                .into_iter()
+                .flat_map(|n| {
+                    let mut parts = vec![1, 100, 1000];
+                    if !parts.contains(&n) {
+                        parts.push(n);
+                    }
+                    parts.into_iter().map(move |p| (Workload::PushCurve { batch: n, partitions: p }, p))
+                })
+                .collect(),
+            clients: Some(&[1]),
+            max_ops: Some(CURVE_REPS),
         },
         "kv-value" => Series {
             key: "kv-value",
@@ -152,8 +213,12 @@ fn series(key: &str) -> anyhow::Result<Series> {
                 .into_iter()
                 .chain([100, 4096, 65536].map(|s| (Workload::KvGet { size: s }, s)))
                 .collect(),
+            clients: None,
+            max_ops: None,
         },
-        other => bail!("unknown scaling series {other} (prefix, pop, push-groups, kv-value)"),
+        other => bail!(
+            "unknown scaling series {other} (prefix, pop, push-groups, kv-value, push-create, push-curve)"
+        ),
     })
 }
 
@@ -307,7 +372,10 @@ fn batch_delta(
 
 /// What our side measured.
 struct Ours {
+    /// Ops per second.
     ops: f64,
+    /// Ops done (empty pops included).
+    done: u64,
     hist: Histogram<u64>,
     rss_peak: f64,
     cpu_us_per_op: Option<f64>,
@@ -315,11 +383,16 @@ struct Ours {
     errors: u64,
 }
 
+/// Runs our side for `seconds`, or until each client has done its share of
+/// `max_ops` (a point that counts its ops ends when the last client does).
+/// A request under way at the deadline is finished, not abandoned, so a
+/// point lasts at least one request of each client.
 async fn run_ours(
     w: Workload,
     base: &str,
     clients: usize,
     seconds: u64,
+    max_ops: Option<u64>,
     pid: u32,
     blob: Arc<String>,
 ) -> anyhow::Result<Ours> {
@@ -327,6 +400,9 @@ async fn run_ours(
     let done = Arc::new(AtomicU64::new(0));
     let empty = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
+    let per_client = max_ops.map_or(u64::MAX, |n| n.div_ceil(clients.max(1) as u64).max(1));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let all_finished = Arc::new(tokio::sync::Notify::new());
     // The clients run as pgbench's do: on threads of their own, as many as
     // its `-j` on the other side of the ratio (run_pgbench), each thread
     // one event loop (a current-thread runtime) over its share of the
@@ -341,10 +417,12 @@ async fn run_ours(
             let mut http = driver::LeanConn::new(base)?;
             let (stop, done, empty, errors, blob) =
                 (stop.clone(), done.clone(), empty.clone(), errors.clone(), blob.clone());
+            let (finished, all_finished) = (finished.clone(), all_finished.clone());
             tasks.push(runtime.spawn(async move {
                 let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
                 let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (c as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
-                while !stop.load(Ordering::Relaxed) {
+                let mut mine = 0u64;
+                while !stop.load(Ordering::Relaxed) && mine < per_client {
                     let op = w.pick(&mut rng);
                     let t = Instant::now();
                     let outcome = match op.http_op(&mut http, c, &mut rng, &blob).await {
@@ -368,6 +446,12 @@ async fn run_ours(
                     }
                     hist.saturating_record(t.elapsed().as_micros() as u64);
                     done.fetch_add(1, Ordering::Relaxed);
+                    mine += 1;
+                }
+                // The last client to finish ends the point early (notify_one
+                // keeps the wake-up if the bench is not waiting yet).
+                if finished.fetch_add(1, Ordering::Relaxed) + 1 == clients {
+                    all_finished.notify_one();
                 }
                 Ok::<_, anyhow::Error>(hist)
             }));
@@ -388,14 +472,13 @@ async fn run_ours(
     let mut rss_peak: f64 = 0.0;
     while Instant::now() < deadline {
         rss_peak = rss_peak.max(rss_mb(pid));
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let tick = Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now()));
+        tokio::select! {
+            _ = tokio::time::sleep(tick) => {}
+            _ = all_finished.notified() => break,
+        }
     }
     stop.store(true, Ordering::Relaxed);
-    let elapsed = started.elapsed().as_secs_f64();
-    let cpu = cpu_before.zip(cpu_ns(pid)).map(|(a, b)| b.saturating_sub(a));
-    let done_ops = done.load(Ordering::Relaxed);
-    let ops = done_ops as f64 / elapsed;
-    let cpu_us_per_op = cpu.filter(|_| done_ops > 0).map(|ns| ns as f64 / 1000.0 / done_ops as f64);
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
     for generator in generators {
         let part = tokio::task::spawn_blocking(move || generator.join())
@@ -403,9 +486,20 @@ async fn run_ours(
             .map_err(|_| anyhow::anyhow!("a bench client thread panicked"))??;
         hist.add(part)?;
     }
+    // Counted once the requests in flight at the deadline have ended: they
+    // are in the histogram, and a workload whose requests take longer than
+    // the window (a push of 1,000 items over 1,000 partitions, 16 at once)
+    // would otherwise count none. For short requests the difference is
+    // one request per client.
+    let elapsed = started.elapsed().as_secs_f64();
+    let cpu = cpu_before.zip(cpu_ns(pid)).map(|(a, b)| b.saturating_sub(a));
+    let done_ops = done.load(Ordering::Relaxed);
+    let ops = done_ops as f64 / elapsed;
+    let cpu_us_per_op = cpu.filter(|_| done_ops > 0).map(|ns| ns as f64 / 1000.0 / done_ops as f64);
     rss_peak = rss_peak.max(rss_mb(pid));
     Ok(Ours {
         ops,
+        done: done_ops,
         hist,
         rss_peak,
         cpu_us_per_op,
@@ -429,18 +523,31 @@ fn pgbench_threads(clients: usize) -> usize {
     clients.clamp(1, 2)
 }
 
+/// How long a pgbench side runs.
+#[derive(Clone, Copy)]
+enum Length {
+    /// `-T`: this many seconds.
+    Seconds(u64),
+    /// `-t`: this many transactions per client (a point that counts its ops).
+    Transactions(u64),
+}
+
 fn run_pgbench(
     scripts: &[(PathBuf, u64)],
     defines: &[(String, String)],
     url: &str,
     clients: usize,
-    seconds: u64,
+    length: Length,
 ) -> anyhow::Result<Pg> {
     let logs = std::env::temp_dir().join(format!("queen-bench-{}-{}", std::process::id(), clients));
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs)?;
     let mut cmd = Command::new("pgbench");
-    cmd.args(["-n", "-M", "prepared", "-T", &seconds.to_string(), "-c", &clients.to_string()])
+    let (flag, n) = match length {
+        Length::Seconds(s) => ("-T", s),
+        Length::Transactions(t) => ("-t", t),
+    };
+    cmd.args(["-n", "-M", "prepared", flag, &n.to_string(), "-c", &clients.to_string()])
         .args(["-j", &pgbench_threads(clients).to_string(), "-l", "--log-prefix"])
         .arg(logs.join("tx"));
     for (k, v) in defines {
@@ -525,6 +632,7 @@ impl Run<'_> {
         clients: usize,
         side: &str,
         twin: workload::Twin,
+        length: Length,
     ) -> anyhow::Result<(Option<Pg>, bool, usize)> {
         let workload::Twin { files, defines } = twin;
         let scripts: Vec<(PathBuf, u64)> =
@@ -533,7 +641,12 @@ impl Run<'_> {
         if !scripts.iter().all(|(p, _)| p.exists()) {
             return Ok((None, false, pg_clients));
         }
-        match run_pgbench(&scripts, &defines, &self.url, pg_clients, self.args.seconds) {
+        let length = match length {
+            // Our side's ops, shared out over pgbench's clients as over ours.
+            Length::Transactions(total) => Length::Transactions(total.div_ceil(pg_clients as u64).max(1)),
+            seconds => seconds,
+        };
+        match run_pgbench(&scripts, &defines, &self.url, pg_clients, length) {
             Ok(pg) => Ok((Some(pg), false, pg_clients)),
             Err(e) => {
                 // One failed script must not cost the whole run: say so in the row.
@@ -544,8 +657,12 @@ impl Run<'_> {
     }
 
     /// The three sides of one point (ours, the twin, plain SQL), each on a
-    /// freshly prepared database.
-    async fn measure(&self, w: Workload, clients: usize) -> anyhow::Result<Point> {
+    /// freshly prepared database. With `max_ops`, our side stops after that
+    /// many ops (or --seconds, whichever comes first) and each pgbench side
+    /// runs as many transactions as ours did: a point that measures the
+    /// latency of a few hundred ops at a given size of the data, which a run
+    /// of --seconds would move too far, or ops of seconds each.
+    async fn measure(&self, w: Workload, clients: usize, max_ops: Option<u64>) -> anyhow::Result<Point> {
         let size = match w {
             Workload::KvGet { size } | Workload::KvPut { size } => size,
             _ => 0,
@@ -555,22 +672,28 @@ impl Run<'_> {
         let base = &self.broker.base;
         let before = batch_sizes(base).await;
         let ours =
-            run_ours(w, base, clients, self.args.seconds, self.broker.child.id(), blob.clone()).await?;
+            run_ours(w, base, clients, self.args.seconds, max_ops, self.broker.child.id(), blob.clone())
+                .await?;
         let batches = batch_delta(&before, &batch_sizes(base).await);
+        let length = match max_ops {
+            Some(_) => Length::Transactions(ours.done.max(1)),
+            None => Length::Seconds(self.args.seconds),
+        };
 
         w.prepare(&self.db, clients, &blob).await?;
-        let (pg, pgbench_failed, pg_clients) = self.pgbench_side(w, clients, "twin", w.twin(&blob)).await?;
+        let (pg, pgbench_failed, pg_clients) =
+            self.pgbench_side(w, clients, "twin", w.twin(&blob), length).await?;
 
         w.prepare(&self.db, clients, &blob).await?;
         w.prepare_plain(&self.db, clients).await?;
         let (plain, plain_failed, plain_clients) =
-            self.pgbench_side(w, clients, "plain", w.plain(&blob)).await?;
+            self.pgbench_side(w, clients, "plain", w.plain(&blob), length).await?;
 
         let q = |p: f64| ours.hist.value_at_quantile(p) as f64 / 1000.0;
         Ok(Point {
             series: String::new(),
             workload: w.name(),
-            kind: w.kind().into(),
+            kind: w.kind(),
             size: None,
             clients,
             ours_ops: ours.ops,
@@ -717,8 +840,10 @@ async fn run_all(
             clients.to_vec()
         }
     };
+    let series_clients =
+        |s: &Series| -> Vec<usize> { s.clients.map_or_else(|| scaling_clients.to_vec(), <[usize]>::to_vec) };
     let total: usize = workloads.iter().map(|&w| sweep_clients(w).len()).sum::<usize>()
-        + all_series.iter().map(|s| s.points.len() * scaling_clients.len()).sum::<usize>();
+        + all_series.iter().map(|s| s.points.len() * series_clients(s).len()).sum::<usize>();
     let bar = progress(total, args.seconds);
 
     if !workloads.is_empty() {
@@ -737,7 +862,7 @@ async fn run_all(
         }
         for c in sweep_clients(w) {
             bar.set_message(format!("{} x{c}", w.name()));
-            let mut p = run.measure(w, c).await?;
+            let mut p = run.measure(w, c, None).await?;
             p.series = "sweep".into();
             bar.suspend(|| println!("{}", report::sweep_row(&p)));
             bar.inc(1);
@@ -747,9 +872,9 @@ async fn run_all(
     for s in all_series {
         bar.suspend(|| println!("\n{}\n\n{}", s.title, report::SCALING_HEADER));
         for &(w, size) in &s.points {
-            for &c in scaling_clients {
+            for c in series_clients(s) {
                 bar.set_message(format!("{} {size} x{c}", w.name()));
-                let mut p = run.measure(w, c).await?;
+                let mut p = run.measure(w, c, s.max_ops).await?;
                 p.series = s.key.into();
                 p.size = Some(size);
                 let row = report::scaling_row(&p, &report.points, s.latency);
@@ -757,6 +882,9 @@ async fn run_all(
                 bar.inc(1);
                 report.points.push(p);
             }
+        }
+        if let Some(grid) = report::curve_grid(&report.points, s.key) {
+            bar.suspend(|| println!("\n{grid}"));
         }
         report.series.push(report::SeriesInfo {
             key: s.key.into(),

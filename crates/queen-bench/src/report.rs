@@ -14,7 +14,8 @@ pub struct Point {
     pub workload: String,
     /// The workload without its size (lines up a scaling series).
     pub kind: String,
-    /// The scaling parameter (keys, partitions, groups, value bytes).
+    /// The scaling parameter (keys, partitions, groups, value bytes; for
+    /// push-curve the partitions P, N being `rows_per_op`).
     pub size: Option<u32>,
     pub clients: usize,
     pub ours_ops: f64,
@@ -237,6 +238,44 @@ pub fn scaling_row(p: &Point, earlier: &[Point], latency: bool) -> String {
     )
 }
 
+/// The push-curve series as a grid: a row per request size N, a column per
+/// spread P (1, 100, 1000, then P = N), each cell the median time of one
+/// request on the three sides. Read down a column for linear in N (N grows
+/// 16x, then 6.25x), along a row for flat in P. `None` for other series.
+pub fn curve_grid(points: &[Point], series: &str) -> Option<String> {
+    if series != "push-curve" {
+        return None;
+    }
+    let pts: Vec<&Point> = points.iter().filter(|p| p.series == series).collect();
+    let mut sizes: Vec<u32> = pts.iter().map(|p| p.rows_per_op).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    if sizes.is_empty() {
+        return None;
+    }
+    let cell = |n: u32, parts: u32| -> String {
+        let Some(p) = pts.iter().find(|p| p.rows_per_op == n && p.size == Some(parts)) else {
+            return "-".into();
+        };
+        format!(
+            "{:.2} / {} / {}{}",
+            p.ours_p50_ms,
+            opt(p.pgbench_p50_ms, 2),
+            opt(p.plain_p50_ms, 2),
+            notes(p)
+        )
+    };
+    let mut md = String::from(
+        "Push curve: median ms per request, ours / twin / plain (one client, sequential requests)\n\n\
+         | N items | P = 1 | P = 100 | P = 1000 | P = N |\n| ---: | ---: | ---: | ---: | ---: |\n",
+    );
+    for n in sizes {
+        let row = [1, 100, 1000, n].map(|parts| cell(n, parts)).join(" | ");
+        md.push_str(&format!("| {n} | {row} |\n"));
+    }
+    Some(md)
+}
+
 fn times(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "n/a".into())
 }
@@ -284,6 +323,10 @@ impl Report {
                 md.push_str(&scaling_row_refs(p, &earlier, s.latency));
                 md.push('\n');
                 earlier.push(p);
+            }
+            if let Some(grid) = curve_grid(&self.points, &s.key) {
+                md.push('\n');
+                md.push_str(&grid);
             }
         }
         md

@@ -36,6 +36,21 @@ pub enum Workload {
     KvPrefix { keys: u32 },
     /// 20% push-1, 20% pop-ack, 40% kv-get, 20% kv-put, drawn per op.
     Mixed,
+    /// `POST /api/v1/push` of `batch` items on a queue of `partitions`
+    /// existing partitions, each item on its own partition drawn per request
+    /// ([`Spread`]): push-1-rand1k, push-1-rand100k, push-100-spread100,
+    /// push-1000-spread1000. Users push to many partitions, not to one each.
+    PushSpread { batch: u32, partitions: u32 },
+    /// The push-curve series: one request of `batch` items over `partitions`
+    /// existing partitions (item i on partition (a + b·i) mod P, so each gets
+    /// batch/P of them), sent by one client: the time per request as N and P
+    /// grow. Same scripts as [`Workload::PushSpread`], another name.
+    PushCurve { batch: u32, partitions: u32 },
+    /// The push-create series: a push of 1 message into a partition that does
+    /// not exist yet, on a queue that already has `partitions` (created by SQL
+    /// beforehand) and `groups` registered consumer groups (each new partition
+    /// gets a cursor per group).
+    PushCreate { partitions: u32, groups: u32 },
 }
 
 /// A pgbench side of a workload (the twin or the plain row).
@@ -54,6 +69,11 @@ const MIXED: [(Workload, u64); 4] = [
     (Workload::KvPut { size: 0 }, 2),
 ];
 
+/// Queue of the spread pushes and the push curve: partitions p0..p<P-1>.
+const SPREAD_QUEUE: &str = "bench-spread";
+/// Queue of the push-create series: partitions p0.. made by SQL, and the
+/// ones the measured pushes create, named c<random>.
+const CREATE_QUEUE: &str = "bench-create";
 /// Queue of the consuming workloads' backlog.
 const POP_QUEUE: &str = "bench-pop";
 /// Messages per partition of the pop-ack backlog, per client.
@@ -87,9 +107,14 @@ impl Workload {
             "kv-incr" => vec![Workload::KvIncr],
             "kv-prefix" => vec![Workload::KvPrefix { keys: 1000 }, Workload::KvPrefix { keys: 1_000_000 }],
             "mixed" => vec![Workload::Mixed],
+            "push-1-rand1k" => vec![Workload::PushSpread { batch: 1, partitions: 1000 }],
+            "push-1-rand100k" => vec![Workload::PushSpread { batch: 1, partitions: 100_000 }],
+            "push-100-spread100" => vec![Workload::PushSpread { batch: 100, partitions: 1000 }],
+            "push-1000-spread1000" => vec![Workload::PushSpread { batch: 1000, partitions: 1000 }],
             other => bail!(
-                "unknown workload {other} (push-1, push-10, push-100, pop-ack, pop-any, fanout, once-ack, \
-                 kv-get, kv-put, kv-put-if-absent, kv-incr, kv-prefix, mixed, none)"
+                "unknown workload {other} (push-1, push-10, push-100, push-1-rand1k, push-1-rand100k, \
+                 push-100-spread100, push-1000-spread1000, pop-ack, pop-any, fanout, once-ack, kv-get, kv-put, \
+                 kv-put-if-absent, kv-incr, kv-prefix, mixed, none)"
             ),
         })
     }
@@ -110,12 +135,25 @@ impl Workload {
             Workload::KvIncr => "kv-incr".into(),
             Workload::KvPrefix { keys } => format!("kv-prefix-{}", short(keys)),
             Workload::Mixed => "mixed".into(),
+            Workload::PushSpread { batch: 1, partitions } => format!("push-1-rand{}", short(partitions)),
+            // The sweep's spread pushes touch `batch` partitions of 1,000.
+            Workload::PushSpread { batch, .. } => format!("push-{batch}-spread{batch}"),
+            Workload::PushCurve { batch, partitions } => {
+                format!("push-curve, {} items over {} partitions", short(batch), short(partitions))
+            }
+            Workload::PushCreate { partitions, groups } => {
+                format!("push-create at {} partitions{}", short(partitions), groups_suffix(groups))
+            }
         }
     }
 
-    /// The workload without its size, to line up a scaling series.
-    pub fn kind(self) -> &'static str {
-        match self {
+    /// The workload without its size, to line up a scaling series (the
+    /// push curve has a line per request size, the partitions being its size).
+    pub fn kind(self) -> String {
+        let kind = match self {
+            Workload::PushCurve { batch, .. } => return format!("push-curve-{}", short(batch)),
+            Workload::PushCreate { groups, .. } => return format!("push-create{}", groups_suffix(groups)),
+            Workload::PushSpread { .. } => "push-spread",
             Workload::Push { .. } => "push",
             Workload::PopAck => "pop-ack",
             Workload::PopAny { .. } => "pop-any",
@@ -127,13 +165,16 @@ impl Workload {
             Workload::KvIncr => "kv-incr",
             Workload::KvPrefix { .. } => "kv-prefix",
             Workload::Mixed => "mixed",
-        }
+        };
+        kind.to_owned()
     }
 
     /// Rows one op moves (messages pushed or delivered, KV rows read).
     pub fn rows(self) -> u32 {
         match self {
-            Workload::Push { batch, .. } => batch,
+            Workload::Push { batch, .. }
+            | Workload::PushSpread { batch, .. }
+            | Workload::PushCurve { batch, .. } => batch,
             Workload::Fanout { .. } => 10,
             Workload::KvPrefix { .. } => 100,
             _ => 1,
@@ -170,6 +211,9 @@ impl Workload {
             Workload::KvPutIfAbsent => "kv-put-if-absent.sql",
             Workload::KvIncr => "kv-incr.sql",
             Workload::KvPrefix { .. } => "kv-prefix.sql",
+            Workload::PushSpread { batch: 1, .. } => "push-rand.sql",
+            Workload::PushSpread { .. } | Workload::PushCurve { .. } => "push-spread.sql",
+            Workload::PushCreate { .. } => "push-create.sql",
             Workload::Mixed => {
                 let files = MIXED.iter().map(|&(w, weight)| (w.twin(blob).files[0].0, weight)).collect();
                 return Twin { files, defines: vec![] };
@@ -180,6 +224,9 @@ impl Workload {
             Workload::KvPut { size } if size > 0 => vec![("value".into(), blob.to_owned())],
             Workload::KvPrefix { keys } => {
                 vec![("ns".into(), format!("p{}", short(keys))), ("n".into(), keys.to_string())]
+            }
+            Workload::PushSpread { batch, partitions } | Workload::PushCurve { batch, partitions } => {
+                spread_defines(batch, partitions)
             }
             _ => vec![],
         };
@@ -213,6 +260,13 @@ impl Workload {
                 "plain/kv-prefix.sql",
                 vec![("ns".into(), format!("p{}", short(keys))), ("n".into(), keys.to_string())],
             ),
+            Workload::PushSpread { batch: 1, partitions } => {
+                ("plain/push-rand.sql", spread_defines(1, partitions))
+            }
+            Workload::PushSpread { batch, partitions } | Workload::PushCurve { batch, partitions } => {
+                ("plain/push-spread.sql", spread_defines(batch, partitions))
+            }
+            Workload::PushCreate { .. } => ("plain/push-create.sql", vec![]),
             Workload::Mixed => {
                 // The scripts' variables do not collide: push takes batch,
                 // kv-get and kv-put take ns and keys (the same for both).
@@ -275,7 +329,12 @@ impl Workload {
         clients: usize,
         blob: &str,
     ) -> anyhow::Result<()> {
-        if self.consumes() || matches!(self, Workload::Push { .. }) {
+        if self.consumes()
+            || matches!(
+                self,
+                Workload::Push { .. } | Workload::PushSpread { .. } | Workload::PushCurve { .. }
+            )
+        {
             exec(
                 db,
                 "TRUNCATE queen.messages, queen.cursors, queen.partitions, queen.queues, queen.ready_lanes,
@@ -300,6 +359,13 @@ impl Workload {
                 exec(db, "SELECT queen.register_group('bench-any', '__QUEUE_MODE__', NULL, NULL)").await?;
                 exec(db, "ANALYZE queen.cursors; ANALYZE queen.ready_lanes").await?;
             }
+            Workload::PushSpread { partitions, .. } | Workload::PushCurve { partitions, .. } => {
+                // Existing partitions: what is measured is the push, not
+                // the creation (that is the push-create series).
+                exec(db, &format!("INSERT INTO queen.queues (name) VALUES ('{SPREAD_QUEUE}')")).await?;
+                add_partitions(db, SPREAD_QUEUE, 0, partitions).await?;
+            }
+            Workload::PushCreate { partitions, groups } => prepare_create(db, partitions, groups).await?,
             Workload::Fanout { groups } => {
                 backlog(db, "bench-fan", 64, 1000).await?;
                 for g in 0..groups {
@@ -382,6 +448,26 @@ impl Workload {
                 let item = format!(r#"{{"queue":"bench","partition":"p{client_id}","payload":{{"n":1}}}}"#);
                 let items = vec![item; batch as usize].join(",");
                 http.post("/api/v1/push", format!(r#"{{"items":[{items}]}}"#)).await?
+            }
+            Workload::PushSpread { batch, partitions } | Workload::PushCurve { batch, partitions } => {
+                let spread = Spread::draw(rng, partitions);
+                let items: Vec<String> = (0..u64::from(batch))
+                    .map(|i| {
+                        format!(
+                            r#"{{"queue":"{SPREAD_QUEUE}","partition":"p{}","payload":{{"n":1}}}}"#,
+                            spread.partition(i)
+                        )
+                    })
+                    .collect();
+                http.post("/api/v1/push", format!(r#"{{"items":[{}]}}"#, items.join(","))).await?
+            }
+            Workload::PushCreate { .. } => {
+                // A 64-bit random name: new, as pgbench's random(1, 9e18) is.
+                let item = format!(
+                    r#"{{"queue":"{CREATE_QUEUE}","partition":"c{}","payload":{{"n":1}}}}"#,
+                    rng.next()
+                );
+                http.post("/api/v1/push", format!(r#"{{"items":[{item}]}}"#)).await?
             }
             Workload::PopAck | Workload::OnceAck | Workload::PopAny { .. } | Workload::Fanout { .. } => {
                 let url = match self {
@@ -547,6 +633,123 @@ async fn backlog(db: &tokio_postgres::Client, queue: &str, partitions: u32, per:
     exec(db, &sql).await
 }
 
+/// `-D` variables of the spread scripts: items per request and partitions.
+fn spread_defines(batch: u32, partitions: u32) -> Vec<(String, String)> {
+    vec![("batch".into(), batch.to_string()), ("parts".into(), partitions.to_string())]
+}
+
+/// " , 1 group" and the like, nothing for none.
+fn groups_suffix(groups: u32) -> String {
+    match groups {
+        0 => String::new(),
+        1 => ", 1 group".into(),
+        g => format!(", {g} groups"),
+    }
+}
+
+/// The partitions of one spread push: item i goes to p<(a + b·i) mod P>,
+/// with a random start `a` and a random stride `b` prime to P, so the first
+/// min(N, P) items land on as many distinct partitions and N items over P
+/// partitions give each N/P (± 1). Every side draws the same way (pgbench
+/// from `a` and `k` in `bench/pgbench/push-spread.sql` and
+/// `plain/push-spread.sql`): pgbench has no cheap draw of distinct values,
+/// and the sets of partitions, so the lock conflicts between concurrent
+/// requests, must be alike on the three sides of a ratio.
+///
+/// `b` is the k-th number that ends in 1, 3, 7 or 9, which is prime to P
+/// for every P whose only prime factors are 2 and 5 (1, 100, 1000, 1600,
+/// 10,000, 100,000: the sizes used here).
+pub struct Spread {
+    a: u64,
+    b: u64,
+    parts: u64,
+}
+
+impl Spread {
+    /// A random start and stride for a queue of `parts` partitions.
+    pub fn draw(rng: &mut Rng, parts: u32) -> Self {
+        let parts = u64::from(parts.max(1));
+        let k = rng.next() % (parts * 4 / 10).max(1);
+        let b = k / 4 * 10 + [1, 3, 7, 9][(k % 4) as usize];
+        Spread { a: rng.next() % parts, b, parts }
+    }
+
+    /// The partition number of item `i`.
+    pub fn partition(&self, i: u64) -> u64 {
+        (self.a + self.b * i) % self.parts
+    }
+}
+
+/// Creates partitions p<from>..p<to - 1> of `queue` in one set-based
+/// statement, with a cursor at 0 for every group registered on the queue:
+/// what the first push of each would leave (0003_push.sql's general path),
+/// at a fraction of the cost, so large queues are quick to set up.
+async fn add_partitions(db: &tokio_postgres::Client, queue: &str, from: u32, to: u32) -> anyhow::Result<()> {
+    if to <= from {
+        return Ok(());
+    }
+    let sql = format!(
+        "WITH p AS (
+           INSERT INTO queen.partitions (queue_id, name)
+           SELECT q.id, 'p' || i FROM queen.queues q, generate_series({from}, {to} - 1) i
+            WHERE q.name = '{queue}'
+           RETURNING id, queue_id)
+         INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
+         SELECT p.id, g.name, p.queue_id, 0 FROM p JOIN queen.consumer_groups g ON g.queue_name = '{queue}';
+         ANALYZE queen.partitions; ANALYZE queen.cursors;"
+    );
+    exec(db, &sql).await
+}
+
+/// The push-create queue with `partitions` partitions made by SQL and
+/// `groups` registered groups, and none of the partitions an earlier run of
+/// the series created: the levels of a series only grow, so the queue is
+/// topped up rather than rebuilt, and rebuilt only when the groups change
+/// (or another workload emptied the queue tables).
+async fn prepare_create(db: &tokio_postgres::Client, partitions: u32, groups: u32) -> anyhow::Result<()> {
+    let row = db
+        .query_one(
+            "SELECT (SELECT count(*) FROM queen.queues WHERE name = $1),
+                    (SELECT count(*) FROM queen.consumer_groups WHERE queue_name = $1),
+                    (SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+                      WHERE q.name = $1 AND p.name LIKE 'p%')",
+            &[&CREATE_QUEUE],
+        )
+        .await?;
+    let (queues, registered, made): (i64, i64, i64) = (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+    let mut from = u32::try_from(made)?;
+    if queues == 0 || registered != i64::from(groups) || from > partitions {
+        exec(
+            db,
+            &format!(
+                "TRUNCATE queen.messages, queen.cursors, queen.partitions, queen.queues, queen.ready_lanes,
+                          queen.consumer_groups, queen.dead_letters CASCADE;
+                 INSERT INTO queen.queues (name) VALUES ('{CREATE_QUEUE}');"
+            ),
+        )
+        .await?;
+        for g in 0..groups {
+            exec(db, &format!("SELECT queen.register_group('{CREATE_QUEUE}', 'g{g}', NULL, NULL)")).await?;
+        }
+        from = 0;
+    } else {
+        // The partitions the measured pushes made (c<random>), their
+        // messages, and (by cascade) their cursors and ready lanes.
+        exec(
+            db,
+            &format!(
+                "DELETE FROM queen.messages m USING queen.partitions p, queen.queues q
+                  WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = '{CREATE_QUEUE}'
+                    AND p.name LIKE 'c%';
+                 DELETE FROM queen.partitions p USING queen.queues q
+                  WHERE p.queue_id = q.id AND q.name = '{CREATE_QUEUE}' AND p.name LIKE 'c%';"
+            ),
+        )
+        .await?;
+    }
+    add_partitions(db, CREATE_QUEUE, from, partitions).await
+}
+
 /// A cheap per-task random number generator (xorshift).
 pub struct Rng(pub u64);
 impl Rng {
@@ -565,4 +768,36 @@ pub fn blob(size: u32) -> String {
     const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
     let mut rng = Rng(0x2545_F491_4F6C_DD1D);
     (0..size.saturating_sub(2)).map(|_| CHARS[(rng.next() % CHARS.len() as u64) as usize] as char).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Rng, Spread};
+
+    /// The first min(N, P) items of a spread push land on distinct
+    /// partitions, and N items over P partitions give each N/P (± 1), for
+    /// the sizes the bench uses.
+    #[test]
+    fn spread_covers_distinct_partitions() {
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        for parts in [1u32, 100, 1000, 1600, 10_000, 100_000] {
+            for batch in [1u64, 100, 1000, 1600, 10_000] {
+                for _ in 0..20 {
+                    let s = Spread::draw(&mut rng, parts);
+                    let mut hits = vec![0u64; parts as usize];
+                    for i in 0..batch {
+                        let p = s.partition(i);
+                        assert!(p < u64::from(parts));
+                        hits[p as usize] += 1;
+                    }
+                    let (lo, hi) = (batch / u64::from(parts), batch.div_ceil(u64::from(parts)));
+                    let used = hits.iter().filter(|&&h| h > 0).count() as u64;
+                    assert_eq!(used, batch.min(u64::from(parts)), "parts {parts} batch {batch}");
+                    // Unused partitions only when there are fewer items.
+                    let fair = |h: u64| (h == 0 && batch < u64::from(parts)) || (lo..=hi).contains(&h);
+                    assert!(hits.iter().all(|&h| fair(h)), "parts {parts} batch {batch}");
+                }
+            }
+        }
+    }
 }
