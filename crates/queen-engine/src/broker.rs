@@ -52,7 +52,10 @@ pub struct EngineOptions {
     /// (bench/README.md, "One slot per batcher").
     pub kv_write_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; this
-    /// many such statements may run at once (at least 1).
+    /// many such statements may run at once (at least 1). Two by default:
+    /// a push spread over many partitions keeps its PostgreSQL backend busy
+    /// for a while, and two statements use both cores of a small host.
+    /// Batches lock partitions in one order, so they never deadlock.
     pub push_batch_slots: usize,
     /// Concurrent ack requests share one statement and one commit; this
     /// many such statements may run at once (0: every ack runs alone).
@@ -98,7 +101,7 @@ impl Default for EngineOptions {
             cross_broker_wakeups: true,
             kv_get_batch_slots: 1,
             kv_write_batch_slots: 1,
-            push_batch_slots: 1,
+            push_batch_slots: 2,
             ack_batch_slots: 1,
             pop_batch_slots: 1,
             transaction_batch_slots: 1,
@@ -267,6 +270,7 @@ impl Engine {
         tokio::spawn(crate::brokers::run_registry(
             pool.clone(),
             waiters.clone(),
+            announcer.clone(),
             identity.clone(),
             traffic.clone(),
             shutdown.subscribe(),

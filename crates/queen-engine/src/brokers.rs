@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::db::Pool;
-use crate::notifier::Waiters;
+use crate::notifier::{Announcer, Waiters};
 use crate::{EngineError, Json};
 
 /// How often a broker writes its row.
@@ -170,13 +170,14 @@ fn figures(pool: &Pool, waiters: &Waiters, me: &Identity) -> serde_json::Value {
     })
 }
 
-async fn beat(pool: &Pool, waiters: &Waiters, me: &Identity) -> Result<(), EngineError> {
+/// Upserts this broker's row; answers how many other brokers are live.
+async fn beat(pool: &Pool, waiters: &Waiters, me: &Identity) -> Result<i64, EngineError> {
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/broker_beat.sql")).await?;
     let pid = std::process::id() as i32;
     let figures = figures(pool, waiters, me).to_string();
-    client
-        .execute(
+    let row = client
+        .query_one(
             &stmt,
             &[
                 &me.id,
@@ -190,20 +191,41 @@ async fn beat(pool: &Pool, waiters: &Waiters, me: &Identity) -> Result<(), Engin
             ],
         )
         .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// Tells the brokers already on the database that this one is here
+/// (`Announcer::hello`), once its row is committed.
+async fn say_hello(pool: &Pool, announcer: &Announcer) -> Result<(), EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached("SELECT pg_notify($1, $2)").await?;
+    client.execute(&stmt, &[&crate::notifier::CHANNEL, &announcer.hello()]).await?;
     Ok(())
 }
 
-/// Beats until shutdown.
+/// Beats until shutdown; tells the announcer whether other brokers are live.
 pub(crate) async fn run_registry(
     pool: Pool,
     waiters: Arc<Waiters>,
+    announcer: Arc<Announcer>,
     me: Arc<Identity>,
     traffic: Arc<Traffic>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut greeted = false;
     loop {
-        if let Err(e) = beat(&pool, &waiters, &me).await {
-            tracing::debug!(error = %e, "broker heartbeat failed");
+        let mark = announcer.hello_mark();
+        match beat(&pool, &waiters, &me).await {
+            Ok(others) => {
+                announcer.registry_read(mark, others);
+                if !greeted && announcer.enabled() {
+                    match say_hello(&pool, &announcer).await {
+                        Ok(()) => greeted = true,
+                        Err(e) => tracing::debug!(error = %e, "cannot greet the other brokers"),
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "broker heartbeat failed"),
         }
         if let Err(e) = flush_traffic(&pool, &me, &traffic).await {
             tracing::debug!(error = %e, "writing the broker's traffic failed (carried to the next beat)");

@@ -70,6 +70,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0015_broker_minutes.sql",
         sql: include_str!("../sql/migrations/0015_broker_minutes.sql"),
     },
+    Migration {
+        version: 16,
+        name: "0016_push_marks_ready.sql",
+        sql: include_str!("../sql/migrations/0016_push_marks_ready.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

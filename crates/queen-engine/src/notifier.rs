@@ -5,8 +5,14 @@
 //! push would hold a cluster-wide lock through the commit's WAL flush and
 //! serialise every pushing commit). Missing a notification only delays a
 //! waiter until its next re-check (`EngineOptions::poll_interval`).
+//!
+//! A broker alone on its database sends nothing: the registry's heartbeat
+//! counts the other live brokers, and a broker that joins says hello (an
+//! announcement with no queues) once its registry row is committed, so the
+//! brokers already there start announcing at once, not at their next beat.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -85,13 +91,15 @@ impl Waiters {
     }
 
     /// Handles one notification; `me` is this engine's id, whose own
-    /// announcements were already delivered in process.
-    fn on_notification(&self, me: &str, payload: &str) {
+    /// announcements were already delivered in process. True when it came
+    /// from another broker's announcer.
+    fn on_notification(&self, me: &str, payload: &str) -> bool {
         if let Ok(a) = serde_json::from_str::<Announcement>(payload) {
-            if a.from != me {
-                self.wake(a.queues.iter().map(String::as_str));
+            if a.from == me {
+                return false;
             }
-            return;
+            self.wake(a.queues.iter().map(String::as_str));
+            return true;
         }
         match serde_json::from_str::<Vec<String>>(payload) {
             // A bare array of queue names (queen.message_retry sends one).
@@ -99,6 +107,7 @@ impl Waiters {
             // '*' or anything unexpected: wake everyone.
             Err(_) => self.wake_all(),
         }
+        false
     }
 }
 
@@ -117,6 +126,15 @@ pub(crate) struct Announcer {
     kick: Notify,
     /// Off: other brokers find new messages at their next re-check.
     enabled: bool,
+    /// Whether another broker may be listening; true until the registry
+    /// finds this broker alone.
+    others: AtomicBool,
+    /// Hellos heard from other brokers, so a heartbeat that read the
+    /// registry before a newcomer's row committed does not silence us.
+    hellos: AtomicU64,
+    /// Whether our LISTEN is in place: only then is a newcomer's hello
+    /// sure to reach us, so only then may a heartbeat silence us.
+    listening: AtomicBool,
 }
 
 impl Announcer {
@@ -126,16 +144,60 @@ impl Announcer {
             pending: Mutex::default(),
             kick: Notify::new(),
             enabled,
+            others: AtomicBool::new(true),
+            hellos: AtomicU64::new(0),
+            listening: AtomicBool::new(false),
         }
     }
 
+    /// Whether this announcer sends at all (cross-broker wake-ups on).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// Remembers queues to announce; the notifier task sends them shortly.
+    /// Nothing is kept while no other broker is registered.
     pub(crate) fn add(&self, queues: Vec<String>) {
-        if !self.enabled || queues.is_empty() {
+        if !self.enabled || queues.is_empty() || !self.others.load(Ordering::SeqCst) {
             return;
         }
         self.pending.lock().unwrap_or_else(PoisonError::into_inner).extend(queues);
         self.kick.notify_one();
+    }
+
+    /// Another broker spoke on the channel: it is there to be told.
+    pub(crate) fn heard_from_other(&self) {
+        self.hellos.fetch_add(1, Ordering::SeqCst);
+        self.others.store(true, Ordering::SeqCst);
+    }
+
+    /// Taken before a heartbeat reads the registry (see
+    /// [`Announcer::registry_read`]); `None` while not listening.
+    pub(crate) fn hello_mark(&self) -> Option<u64> {
+        self.listening.load(Ordering::SeqCst).then(|| self.hellos.load(Ordering::SeqCst))
+    }
+
+    /// What a heartbeat found: `others` live brokers besides this one. No
+    /// other broker silences the announcer, unless a hello arrived since
+    /// `mark` (its sender's row may have committed after the read) or we
+    /// were not listening throughout (a hello may have gone unheard).
+    pub(crate) fn registry_read(&self, mark: Option<u64>, others: i64) {
+        if others > 0 {
+            self.others.store(true, Ordering::SeqCst);
+        } else if mark.is_some() && self.hello_mark() == mark {
+            self.others.store(false, Ordering::SeqCst);
+        }
+    }
+
+    fn set_listening(&self, on: bool) {
+        self.listening.store(on, Ordering::SeqCst);
+    }
+
+    /// The hello a broker sends once its registry row is committed: an
+    /// announcement of no queues, which wakes nobody.
+    pub(crate) fn hello(&self) -> String {
+        serde_json::to_string(&Announcement { from: self.id.clone(), queues: Vec::new() })
+            .unwrap_or_else(|_| "*".into())
     }
 
     /// The pending announcements as notification payloads, each under the size limit.
@@ -217,12 +279,17 @@ pub(crate) async fn run(
                 if let Err(e) = listening {
                     tracing::warn!(error = %e, "LISTEN failed");
                 } else {
+                    announcer.set_listening(listen);
                     // Anything pushed while we were not listening: let waiters re-check.
                     waiters.wake_all();
                     loop {
                         tokio::select! {
                             msg = rx.recv() => match msg {
-                                Some(payload) => waiters.on_notification(&announcer.id, &payload),
+                                Some(payload) => {
+                                    if waiters.on_notification(&announcer.id, &payload) {
+                                        announcer.heard_from_other();
+                                    }
+                                }
                                 None => break,
                             },
                             _ = announcer.kick.notified() => {
@@ -247,6 +314,7 @@ pub(crate) async fn run(
                         }
                     }
                 }
+                announcer.set_listening(false);
                 pump.abort();
             }
             Err(e) => tracing::warn!(error = %e, "cannot open the notification connection"),
@@ -282,5 +350,43 @@ mod tests {
         want.sort();
         assert_eq!(seen, want);
         assert!(a.take_payloads().is_empty());
+    }
+
+    #[test]
+    fn a_broker_alone_keeps_nothing_to_announce_until_another_appears() {
+        let a = Announcer::new(true);
+        // Not listening yet: a hello could go unheard, so nothing silences us.
+        a.registry_read(a.hello_mark(), 0);
+        a.add(vec!["q".into()]);
+        assert_eq!(a.take_payloads().len(), 1);
+        a.set_listening(true);
+        let mark = a.hello_mark();
+        a.registry_read(mark, 0);
+        a.add(vec!["q".into()]);
+        assert!(a.take_payloads().is_empty(), "alone: nothing to send");
+        // A newcomer's hello arrives after a heartbeat read the registry
+        // without its row: the stale reading does not silence us.
+        let mark = a.hello_mark();
+        a.heard_from_other();
+        a.registry_read(mark, 0);
+        a.add(vec!["q".into()]);
+        assert_eq!(a.take_payloads().len(), 1);
+        // The next heartbeat sees the newcomer.
+        a.registry_read(a.hello_mark(), 1);
+        a.add(vec!["r".into()]);
+        assert_eq!(a.take_payloads().len(), 1);
+        // It left: alone again.
+        a.registry_read(a.hello_mark(), 0);
+        a.add(vec!["s".into()]);
+        assert!(a.take_payloads().is_empty());
+    }
+
+    #[test]
+    fn a_hello_wakes_nobody_but_marks_its_sender_as_another_broker() {
+        let w = Waiters::default();
+        let other = Announcer::new(true);
+        assert!(w.on_notification("me", &other.hello()));
+        assert!(!w.on_notification(&other.id, &other.hello()), "our own hello is not another broker");
+        assert!(!w.on_notification("me", r#"["q"]"#), "a bare array comes from SQL, not a broker");
     }
 }

@@ -388,6 +388,7 @@ BEGIN
          id_clock = queen.id_clock_start(greatest(now(), last_push_at), id_clock)
    WHERE id = p_partition_id
   RETURNING next_seq - 1, queen.message_id(id_clock) INTO v_seq, v_id;
+  PERFORM queen.mark_ready(ARRAY[p_partition_id], ARRAY[v_seq]);
   INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at, producer_sub)
   SELECT p_partition_id, v_seq, v_id, d.transaction_id, d.trace_id, d.payload, p.last_push_at, d.producer_sub
     FROM queen.partitions p WHERE p.id = p_partition_id;
