@@ -52,10 +52,11 @@ pub struct EngineOptions {
     /// (bench/README.md, "One slot per batcher").
     pub kv_write_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; this
-    /// many such statements may run at once (at least 1). Two by default:
-    /// a push spread over many partitions keeps its PostgreSQL backend busy
-    /// for a while, and two statements use both cores of a small host.
-    /// Batches lock partitions in one order, so they never deadlock.
+    /// many such statements may run at once (at least 1). Batches lock
+    /// partitions in one order, so several never deadlock; one is the
+    /// default, measured best on two cores (bench/README.md, "Push slots"):
+    /// a second slot halves the batches and adds commits, and pushes of
+    /// more than 16 items, which bypass the batcher, already run side by side.
     pub push_batch_slots: usize,
     /// Concurrent ack requests share one statement and one commit; this
     /// many such statements may run at once (0: every ack runs alone).
@@ -101,7 +102,7 @@ impl Default for EngineOptions {
             cross_broker_wakeups: true,
             kv_get_batch_slots: 1,
             kv_write_batch_slots: 1,
-            push_batch_slots: 2,
+            push_batch_slots: 1,
             ack_batch_slots: 1,
             pop_batch_slots: 1,
             transaction_batch_slots: 1,

@@ -187,7 +187,7 @@ struct ServeArgs {
     kv_get_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; at most this many such
     /// statements run at once.
-    #[arg(long, env = "QUEEN_PUSH_BATCH_SLOTS", default_value_t = 2)]
+    #[arg(long, env = "QUEEN_PUSH_BATCH_SLOTS", default_value_t = 1)]
     push_batch_slots: usize,
     /// Single-op KV writes (put, putIfAbsent, incr, delete, check) that arrive together share one
     /// statement and one commit; at most this many such statements run at once (0: every write
