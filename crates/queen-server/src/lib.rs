@@ -68,7 +68,17 @@ pub(crate) struct AppState {
     pub engine: Arc<Engine>,
     pub config: ServerConfig,
     pub started: std::time::Instant,
+    /// Push bodies decoded and in the engine at once, in KiB (see
+    /// [`PUSH_DECODED_KIB`]).
+    pub push_budget: tokio::sync::Semaphore,
 }
+
+/// At most this many KiB of push bodies are decoded and in the engine at
+/// once; a larger body takes the whole budget. A decoded item holds several
+/// times its JSON, and only a pool's worth of pushes run at once anyway, so
+/// the others wait holding only their bodies: the broker's memory stays
+/// flat when many clients push large batches.
+pub(crate) const PUSH_DECODED_KIB: usize = 1024;
 
 /// The whole API as an axum router, `/openapi.json` included.
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
@@ -83,7 +93,12 @@ pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
         .route("/openapi.json", axum::routing::get(move || serve_document(doc.clone())))
         .merge(dashboard::router())
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(Arc::new(AppState { engine, config, started: std::time::Instant::now() }))
+        .with_state(Arc::new(AppState {
+            engine,
+            config,
+            started: std::time::Instant::now(),
+            push_budget: tokio::sync::Semaphore::new(PUSH_DECODED_KIB),
+        }))
         .layer(axum::middleware::from_fn_with_state(edge, edge::edge))
         .layer(DefaultBodyLimit::max(limit))
 }

@@ -298,3 +298,35 @@ async fn a_broker_alone_announces_nothing_and_announces_again_once_another_broke
     }
     drop(b);
 }
+
+/// Bodies larger than the broker's decode budget each take all of it: they
+/// take turns with one another and with small pushes, and every one lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_pushes_from_many_clients_take_turns_and_all_land() {
+    let b = TestBroker::start().await;
+    let big = |k: usize| {
+        let items: Vec<Value> = (0..1200)
+            .map(|i| json!({"queue": "big", "partition": format!("p{}", i % 40), "transactionId": format!("b{k}-{i}"),
+                            "payload": {"pad": "x".repeat(2000)}}))
+            .collect();
+        json!({ "items": items })
+    };
+    let bodies: Vec<Value> = (0..4)
+        .map(big)
+        .chain((0..16).map(
+            |k| json!({"items": [{"queue": "big", "partition": "small", "transactionId": format!("s{k}")}]}),
+        ))
+        .collect();
+    assert!(bodies[0].to_string().len() > 1024 * 1024, "a big body exceeds the budget");
+    let api = b.api();
+    let answers = all_at_once(bodies, |body| {
+        let api = api.clone();
+        async move { tokio::time::timeout(Duration::from_secs(60), api.post("/api/v1/push", &body)).await }
+    })
+    .await;
+    for a in answers {
+        let (status, body) = a.expect("no push waits forever");
+        assert_eq!(status, 201, "{body}");
+    }
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.messages").await, 4 * 1200 + 16);
+}

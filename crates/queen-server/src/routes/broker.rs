@@ -65,6 +65,10 @@ pub(crate) async fn push(
     caller: Option<Extension<Caller>>,
     body: Body,
 ) -> Answer {
+    let kib = body.as_ref().map_or(0, Bytes::len) / 1024 + 1;
+    let weight = u32::try_from(kib.min(crate::PUSH_DECODED_KIB)).unwrap_or(1);
+    // Never closed; were it, the push would go on without waiting.
+    let _budget = app.push_budget.acquire_many(weight).await.ok();
     let mut items = {
         let text = object_body(&body)?;
         let parsed: PushBody = serde_json::from_str(text)
