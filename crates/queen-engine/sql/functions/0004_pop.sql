@@ -198,7 +198,8 @@ END $$;
 -- partition row (taken with SKIP LOCKED, so a push in flight, which holds
 -- the partition FOR NO KEY UPDATE until commit, keeps the row): then no
 -- push or seek can have given the lane a backlog that this call cannot see,
--- and any later one adds the row again through its trigger.
+-- and any later one adds the row again (queen.push_rows marks the lanes of
+-- cursors that had drained them; a seek, through its trigger).
 -- Called from queen.pop only, whose plan_cache_mode setting it runs under.
 CREATE OR REPLACE FUNCTION queen.pop_lane(
   q queen.queues, p_pid uuid, p_group text, p_max integer, p_lease uuid, p_lease_secs integer,
