@@ -144,7 +144,7 @@ BEGIN
     IF v_pid IS NULL THEN
       RETURN NULL;
     END IF;
-    v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack);
+    v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack, false);
     IF v_batch IS NOT NULL THEN
       v_msgs := v_batch;
       v_claimed := 1;
@@ -165,7 +165,7 @@ BEGIN
       -- A live lease (as of the walk's snapshot) cannot be claimed: skip it
       -- without a statement. queen.pop_lane re-checks under the row lock.
       CONTINUE WHEN v_leased;
-      v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack);
+      v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack, true);
       CONTINUE WHEN v_batch IS NULL;
       v_msgs := v_msgs || v_batch;
       v_left := v_left - array_length(v_batch, 1);
@@ -200,10 +200,14 @@ END $$;
 -- push or seek can have given the lane a backlog that this call cannot see,
 -- and any later one adds the row again (queen.push_rows marks the lanes of
 -- cursors that had drained them; a seek, through its trigger).
+-- p_walked: the lane was found by a queue-wide walk, whose fairness order
+-- (ready_lanes.delivered_at, an indexed column) it then moves to the back;
+-- a pop that names its partition leaves that order, and the row, alone.
 -- Called from queen.pop only, whose plan_cache_mode setting it runs under.
+DROP FUNCTION IF EXISTS queen.pop_lane(queen.queues, uuid, text, integer, uuid, integer, boolean);
 CREATE OR REPLACE FUNCTION queen.pop_lane(
   q queen.queues, p_pid uuid, p_group text, p_max integer, p_lease uuid, p_lease_secs integer,
-  p_auto_ack boolean)
+  p_auto_ack boolean, p_walked boolean)
 RETURNS json[]
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -288,7 +292,9 @@ BEGIN
      WHERE partition_id = p_pid AND consumer_group = p_group;
   END IF;
   -- The lane goes to the back of the fairness order.
-  UPDATE queen.ready_lanes SET delivered_at = now() WHERE partition_id = p_pid AND consumer_group = p_group;
+  IF p_walked THEN
+    UPDATE queen.ready_lanes SET delivered_at = now() WHERE partition_id = p_pid AND consumer_group = p_group;
+  END IF;
   RETURN v_batch;
 END $$;
 
