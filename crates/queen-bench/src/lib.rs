@@ -16,12 +16,14 @@
 //! (namespace, partitions, consumer groups, value size, partitions a push
 //! creates or spreads over). Results go to
 //! `bench/results/<unix time>/` as JSON, markdown and PNG. `--soak-seconds N`
-//! runs the soak instead (see `soak`).
+//! runs the soak instead (see `soak`), `--e2e SHAPES` the end-to-end
+//! producers-and-consumers run (see `e2e`).
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
 
 mod driver;
+mod e2e;
 mod report;
 mod soak;
 mod workload;
@@ -113,6 +115,25 @@ pub struct BenchArgs {
     /// queue, then on a durable one, 16 clients each, and report both rates; 0 skips it.
     #[arg(long, default_value_t = 4)]
     ephemeral_seconds: u64,
+    /// Run the end-to-end shapes instead of the sweep: producers and consumers at once, ours
+    /// beside plain SQL (two pgbench processes), comma separated: own (a partition per
+    /// producer), rand200 (200 partitions, each push into one random one), spread200 (200
+    /// partitions, each push over 100 of them), rand10k (10,000 partitions, one random one);
+    /// `all` for the four. Results in <out>/e2e-<unix time>/.
+    #[arg(long, default_value = "")]
+    e2e: String,
+    /// End-to-end: seconds per side of each shape.
+    #[arg(long, default_value_t = 30)]
+    e2e_seconds: u64,
+    /// End-to-end: producer connections (each request pushes --e2e-batch messages).
+    #[arg(long, default_value_t = 4)]
+    e2e_producers: usize,
+    /// End-to-end: consumer connections (each pops up to 1,000 messages of one consumer group, then acks them).
+    #[arg(long, default_value_t = 12)]
+    e2e_consumers: usize,
+    /// End-to-end: messages per push request.
+    #[arg(long, default_value_t = 100)]
+    e2e_batch: u32,
 }
 
 /// One scaling series: the workloads in size order and what the size is.
@@ -793,6 +814,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     admin_exec(&args.database_url, &format!("CREATE DATABASE {dbname}")).await?;
     let result = if args.soak_seconds > 0 {
         soak::run(&args, &url).await
+    } else if !args.e2e.trim().is_empty() {
+        e2e::run(&args, &url).await
     } else {
         run_all(&args, &url, &workloads, &clients, &all_series, &scaling_clients).await
     };

@@ -609,7 +609,7 @@ pub enum Outcome {
     Wrong,
 }
 
-async fn exec(db: &tokio_postgres::Client, sql: &str) -> anyhow::Result<()> {
+pub(crate) async fn exec(db: &tokio_postgres::Client, sql: &str) -> anyhow::Result<()> {
     db.batch_execute(sql).await.map_err(|e| match e.as_db_error() {
         Some(d) => anyhow::anyhow!("{}: {}", d.code().code(), d.message()),
         None => anyhow::anyhow!(e),
@@ -684,7 +684,12 @@ impl Spread {
 /// statement, with a cursor at 0 for every group registered on the queue:
 /// what the first push of each would leave (0003_push.sql's general path),
 /// at a fraction of the cost, so large queues are quick to set up.
-async fn add_partitions(db: &tokio_postgres::Client, queue: &str, from: u32, to: u32) -> anyhow::Result<()> {
+pub(crate) async fn add_partitions(
+    db: &tokio_postgres::Client,
+    queue: &str,
+    from: u32,
+    to: u32,
+) -> anyhow::Result<()> {
     if to <= from {
         return Ok(());
     }

@@ -1,0 +1,492 @@
+//! `queen bench --e2e`: producers and consumers at the same time for a
+//! fixed duration, Queen's published shape: `--e2e-producers` connections
+//! (4) each pushing `--e2e-batch` (100) messages of 256 bytes per request,
+//! `--e2e-consumers` connections (12) each popping up to 1,000 messages of
+//! one consumer group queue-wide and acking them in one batch. Reported:
+//! messages pushed and consumed per second, the end-to-end latency of ours
+//! (from the producer's timestamp in the payload to the pop's answer), and
+//! beside it plain SQL doing the same data work with two concurrent
+//! pgbench processes at the same connection counts
+//! (`bench/pgbench/plain/e2e-push.sql`, `e2e-pop.sql`).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use hdrhistogram::Histogram;
+use serde_json::Value;
+
+use crate::driver::{Driver, LeanConn};
+use crate::workload::{add_partitions, completed_acks, exec, Rng, Spread};
+use crate::{connect, rss_mb, run_pgbench, server_settings, start_broker, BenchArgs, Length};
+
+/// The queue of every shape; the consumer group is `g`.
+const QUEUE: &str = "bench-e2e";
+/// Messages one pop asks for.
+const POP_BATCH: u32 = 1000;
+/// The long poll of our consumers, in milliseconds.
+const POP_WAIT_MS: u64 = 1000;
+/// Payload characters besides the timestamp: `{"t":<16 digits>,"pad":"..."}`
+/// is 256 bytes.
+const PAD: usize = 225;
+
+/// Where the producers' messages go.
+#[derive(Clone, Copy)]
+struct Shape {
+    key: &'static str,
+    /// Partitions of the queue (made in preparation).
+    partitions: u32,
+    /// Distinct partitions one push spreads over.
+    lanes: u32,
+    /// Each producer pushes to its own partition p<producer>.
+    own: bool,
+}
+
+fn shapes(list: &str, producers: usize) -> anyhow::Result<Vec<Shape>> {
+    let list = if list.trim() == "all" { "own,rand200,spread200,rand10k" } else { list };
+    list.split(',')
+        .map(|s| {
+            Ok(match s.trim() {
+                "own" => Shape { key: "own", partitions: producers.max(1) as u32, lanes: 1, own: true },
+                "rand200" => Shape { key: "rand200", partitions: 200, lanes: 1, own: false },
+                "spread200" => Shape { key: "spread200", partitions: 200, lanes: 100, own: false },
+                "rand10k" => Shape { key: "rand10k", partitions: 10_000, lanes: 1, own: false },
+                other => bail!("unknown e2e shape {other} (own, rand200, spread200, rand10k, all)"),
+            })
+        })
+        .collect()
+}
+
+/// One side's figures.
+#[derive(serde::Serialize, Clone, Copy, Default)]
+struct Side {
+    pushed_per_s: f64,
+    consumed_per_s: f64,
+    /// Pushed but not consumed at the end.
+    backlog: i64,
+    /// Requests that failed (ours only).
+    errors: u64,
+    /// Pops that found nothing (ours: 204 after the long poll).
+    empty_pops: u64,
+    /// Pushes and pops done.
+    push_requests: u64,
+    pop_requests: u64,
+}
+
+#[derive(serde::Serialize)]
+struct Row {
+    shape: String,
+    partitions: u32,
+    partitions_per_push: u32,
+    producers: usize,
+    consumers: usize,
+    batch: u32,
+    seconds: u64,
+    ours: Side,
+    plain: Option<Side>,
+    plain_failed: bool,
+    ratio_consumed: Option<f64>,
+    ratio_pushed: Option<f64>,
+    ours_latency_ms: Option<[f64; 3]>,
+    broker_rss_peak_mb: f64,
+}
+
+const HEADER: &str = "| shape | ours pushed/s | ours consumed/s | plain pushed/s | plain consumed/s | ratio (consumed ours/plain) | ratio (pushed ours/plain) | ours e2e p50 / p99 / max ms | backlog at end ours / plain | broker RSS peak MB |\n\
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+
+fn row_md(r: &Row) -> String {
+    let opt = |v: Option<f64>, d: usize| v.map_or_else(|| "n/a".to_owned(), |x| format!("{x:.d$}"));
+    let mut shape = r.shape.clone();
+    if r.ours.errors > 0 {
+        shape.push_str(&format!(" ({} ERRORS)", r.ours.errors));
+    }
+    if r.plain_failed {
+        shape.push_str(" (plain pgbench failed)");
+    }
+    format!(
+        "| {shape} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} / {} | {:.1} |",
+        r.ours.pushed_per_s,
+        r.ours.consumed_per_s,
+        opt(r.plain.map(|p| p.pushed_per_s), 0),
+        opt(r.plain.map(|p| p.consumed_per_s), 0),
+        opt(r.ratio_consumed, 2),
+        opt(r.ratio_pushed, 2),
+        r.ours_latency_ms.map_or_else(|| "n/a".into(), |[a, b, c]| format!("{a:.0} / {b:.0} / {c:.0}")),
+        r.ours.backlog,
+        r.plain.map_or_else(|| "n/a".into(), |p| p.backlog.to_string()),
+        r.broker_rss_peak_mb,
+    )
+}
+
+impl Shape {
+    fn name(self) -> String {
+        let what = match self.key {
+            "own" => "a partition per producer".to_owned(),
+            _ if self.lanes == 1 => format!("{} partitions, each push into one random one", self.partitions),
+            _ => format!("{} partitions, each push over {}", self.partitions, self.lanes),
+        };
+        format!("{} ({what})", self.key)
+    }
+}
+
+/// Empties the queue tables and makes the queue, its group `g` and its
+/// partitions (each with the group's cursor at 0 and, by the cursor
+/// trigger, a ready lane) in set-based statements.
+async fn prepare(db: &tokio_postgres::Client, shape: Shape) -> anyhow::Result<()> {
+    exec(
+        db,
+        "TRUNCATE queen.messages, queen.cursors, queen.partitions, queen.queues, queen.ready_lanes,
+                  queen.consumer_groups, queen.dead_letters CASCADE",
+    )
+    .await?;
+    exec(
+        db,
+        &format!(
+            "SELECT queen.register_group('{QUEUE}', 'g', NULL, NULL);
+             INSERT INTO queen.queues (name) VALUES ('{QUEUE}') ON CONFLICT DO NOTHING;"
+        ),
+    )
+    .await?;
+    add_partitions(db, QUEUE, 0, shape.partitions).await?;
+    exec(db, "ANALYZE queen.ready_lanes; ANALYZE queen.messages").await
+}
+
+/// Pushed and consumed messages as the tables say (offsets start at 0).
+async fn totals(db: &tokio_postgres::Client) -> anyhow::Result<(i64, i64)> {
+    let row = db
+        .query_one(
+            "SELECT (SELECT coalesce(sum(p.next_seq), 0)::bigint FROM queen.partitions p
+                       JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1),
+                    (SELECT coalesce(sum(c.next_seq), 0)::bigint FROM queen.cursors c
+                       JOIN queen.queues q ON q.id = c.queue_id WHERE q.name = $1 AND c.consumer_group = 'g')",
+            &[&QUEUE],
+        )
+        .await?;
+    Ok((row.try_get(0)?, row.try_get(1)?))
+}
+
+fn now_us() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// Counters shared by our clients; only work finished before the deadline counts.
+#[derive(Default)]
+struct Counts {
+    pushed: AtomicU64,
+    consumed: AtomicU64,
+    pushes: AtomicU64,
+    pops: AtomicU64,
+    empty: AtomicU64,
+    errors: AtomicU64,
+}
+
+async fn producer(
+    mut http: LeanConn,
+    shape: Shape,
+    batch: u32,
+    me: usize,
+    stop: Arc<AtomicBool>,
+    deadline: Instant,
+    counts: Arc<Counts>,
+) {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (me as u64 + 1).wrapping_mul(0x2545_F491_4F6C_DD1D));
+    let pad = "x".repeat(PAD);
+    while !stop.load(Ordering::Relaxed) {
+        let spread = Spread::draw(&mut rng, shape.partitions);
+        let t = now_us();
+        let items: Vec<String> = (0..u64::from(batch))
+            .map(|i| {
+                let p = if shape.own { me as u64 } else { spread.partition(i % u64::from(shape.lanes)) };
+                format!(r#"{{"queue":"{QUEUE}","partition":"p{p}","payload":{{"t":{t},"pad":"{pad}"}}}}"#)
+            })
+            .collect();
+        let answer = http.post("/api/v1/push", format!(r#"{{"items":[{}]}}"#, items.join(","))).await;
+        let ok = matches!(answer, Ok((status, _)) if (200..300).contains(&status));
+        if Instant::now() > deadline {
+            break;
+        }
+        if ok {
+            counts.pushed.fetch_add(u64::from(batch), Ordering::Relaxed);
+            counts.pushes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            tracing::warn!("e2e push: {answer:?}");
+            counts.errors.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+async fn consumer(
+    mut http: LeanConn,
+    stop: Arc<AtomicBool>,
+    deadline: Instant,
+    counts: Arc<Counts>,
+) -> anyhow::Result<Histogram<u64>> {
+    // Microseconds.
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    let url = format!(
+        "/api/v1/pop/queue/{QUEUE}?batch={POP_BATCH}&consumerGroup=g&wait=true&timeout={POP_WAIT_MS}"
+    );
+    while !stop.load(Ordering::Relaxed) {
+        let popped = match http.get(&url).await {
+            Ok((200, body)) => body,
+            Ok((204, _)) => {
+                counts.empty.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            other => {
+                tracing::warn!("e2e pop: {other:?}");
+                counts.errors.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let received = now_us();
+        let Ok(v) = serde_json::from_slice::<Value>(&popped) else {
+            counts.errors.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let acks = completed_acks(&v);
+        let body = serde_json::json!({"acknowledgments": acks, "consumerGroup": "g"});
+        let acked = http.post("/api/v1/ack/batch", body.to_string()).await;
+        if Instant::now() > deadline {
+            break;
+        }
+        let ok = matches!(&acked, Ok((status, b)) if (200..300).contains(status) && !refused(b));
+        if !ok {
+            tracing::warn!("e2e ack: {acked:?}");
+            counts.errors.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        counts.consumed.fetch_add(acks.len() as u64, Ordering::Relaxed);
+        counts.pops.fetch_add(1, Ordering::Relaxed);
+        for m in v["messages"].as_array().into_iter().flatten() {
+            if let Some(t) = m["data"]["t"].as_i64() {
+                hist.saturating_record(received.saturating_sub(t).max(0) as u64);
+            }
+        }
+    }
+    Ok(hist)
+}
+
+fn refused(body: &[u8]) -> bool {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Array(items)) => items.iter().any(|i| i["success"] == Value::Bool(false)),
+        Ok(v) => v["success"] == Value::Bool(false),
+        Err(_) => true,
+    }
+}
+
+/// Our side: producers and consumers on two client threads (as pgbench's
+/// `-j 2`), each a current-thread event loop over its share.
+async fn run_ours(
+    base: &str,
+    shape: Shape,
+    args: &BenchArgs,
+    pid: u32,
+) -> anyhow::Result<(Side, Option<[f64; 3]>, f64)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(Counts::default());
+    let seconds = args.e2e_seconds;
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(seconds);
+    let threads = 2;
+    let mut generators = Vec::new();
+    let total = args.e2e_producers + args.e2e_consumers;
+    for t in 0..threads {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let mut producers = Vec::new();
+        let mut consumers = Vec::new();
+        for c in (t..total).step_by(threads) {
+            let http = LeanConn::new(base)?;
+            let (stop, counts) = (stop.clone(), counts.clone());
+            if c < args.e2e_producers {
+                producers.push(runtime.spawn(producer(
+                    http,
+                    shape,
+                    args.e2e_batch,
+                    c,
+                    stop,
+                    deadline,
+                    counts,
+                )));
+            } else {
+                consumers.push(runtime.spawn(consumer(http, stop, deadline, counts)));
+            }
+        }
+        generators.push(std::thread::Builder::new().name(format!("bench-e2e-{t}")).spawn(move || {
+            runtime.block_on(async move {
+                let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+                for p in producers {
+                    p.await?;
+                }
+                for c in consumers {
+                    hist.add(c.await??)?;
+                }
+                Ok::<_, anyhow::Error>(hist)
+            })
+        })?);
+    }
+    let mut rss_peak: f64 = 0.0;
+    while Instant::now() < deadline {
+        rss_peak = rss_peak.max(rss_mb(pid));
+        tokio::time::sleep(
+            Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())),
+        )
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
+    for g in generators {
+        let part = tokio::task::spawn_blocking(move || g.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("a bench client thread panicked"))??;
+        hist.add(part)?;
+    }
+    rss_peak = rss_peak.max(rss_mb(pid));
+    let secs = seconds.max(1) as f64;
+    let pushed = counts.pushed.load(Ordering::Relaxed);
+    let consumed = counts.consumed.load(Ordering::Relaxed);
+    let side = Side {
+        pushed_per_s: pushed as f64 / secs,
+        consumed_per_s: consumed as f64 / secs,
+        backlog: 0,
+        errors: counts.errors.load(Ordering::Relaxed),
+        empty_pops: counts.empty.load(Ordering::Relaxed),
+        push_requests: counts.pushes.load(Ordering::Relaxed),
+        pop_requests: counts.pops.load(Ordering::Relaxed),
+    };
+    let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
+    let latency = (!hist.is_empty()).then(|| [q(0.5), q(0.99), hist.max() as f64 / 1000.0]);
+    Ok((side, latency, rss_peak))
+}
+
+/// Plain SQL: the producer and the consumer scripts as two pgbench
+/// processes started together, for the same seconds. Messages counted from
+/// the tables afterwards, over the longer process's wall time.
+async fn run_plain(
+    db: &tokio_postgres::Client,
+    url: &str,
+    shape: Shape,
+    args: &BenchArgs,
+) -> anyhow::Result<Side> {
+    let scripts = |f: &str| -> Vec<(PathBuf, u64)> { vec![(args.scripts.join("plain").join(f), 1)] };
+    let push_defines = vec![
+        ("batch".to_owned(), args.e2e_batch.to_string()),
+        ("parts".to_owned(), shape.partitions.to_string()),
+        ("lanes".to_owned(), shape.lanes.to_string()),
+        ("own".to_owned(), u8::from(shape.own).to_string()),
+    ];
+    let pop_defines = vec![("batch".to_owned(), POP_BATCH.to_string())];
+    let length = Length::Seconds(args.e2e_seconds);
+    let (push_scripts, pop_scripts) = (scripts("e2e-push.sql"), scripts("e2e-pop.sql"));
+    let (producers, consumers) = (args.e2e_producers, args.e2e_consumers);
+    let (u1, u2) = (url.to_owned(), url.to_owned());
+    let started = Instant::now();
+    let push = tokio::task::spawn_blocking(move || {
+        let r = run_pgbench(&push_scripts, &push_defines, &u1, producers, length);
+        (r, started.elapsed())
+    });
+    let pop = tokio::task::spawn_blocking(move || {
+        let r = run_pgbench(&pop_scripts, &pop_defines, &u2, consumers, length);
+        (r, started.elapsed())
+    });
+    let ((push, t1), (pop, t2)) = (push.await?, pop.await?);
+    let push = push.context("plain producers")?;
+    let pop = pop.context("plain consumers")?;
+    let secs = t1.max(t2).as_secs_f64();
+    let (pushed, consumed) = totals(db).await?;
+    Ok(Side {
+        pushed_per_s: pushed as f64 / secs,
+        consumed_per_s: consumed as f64 / secs,
+        backlog: pushed - consumed,
+        errors: 0,
+        empty_pops: 0,
+        push_requests: (push.tps * secs) as u64,
+        pop_requests: (pop.tps * secs) as u64,
+    })
+}
+
+/// Runs the end-to-end shapes of `--e2e`; see the module documentation.
+pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
+    let shapes = shapes(&args.e2e, args.e2e_producers)?;
+    let db = connect(url).await?;
+    let settings = server_settings(&db).await?;
+    let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
+    let dir = args.out.join(format!("e2e-{stamp}"));
+    println!(
+        "end to end: {} producers x {} messages of 256 B per push, {} consumers popping up to {POP_BATCH} \
+         (group g, queue-wide) and acking them, {} s per side\n\n{HEADER}",
+        args.e2e_producers, args.e2e_batch, args.e2e_consumers, args.e2e_seconds
+    );
+    let mut rows = Vec::new();
+    for shape in shapes {
+        // A fresh broker per shape, so each RSS peak is the shape's own.
+        // The broker first: its start migrates a fresh database.
+        let mut broker = start_broker(url, args.pool_size).await?;
+        prepare(&db, shape).await?;
+        let (mut ours, latency, rss) = run_ours(&broker.base, shape, args, broker.child.id()).await?;
+        broker.stop();
+        let (pushed, consumed) = totals(&db).await?;
+        ours.backlog = pushed - consumed;
+
+        prepare(&db, shape).await?;
+        let (plain, plain_failed) = match run_plain(&db, url, shape, args).await {
+            Ok(p) => (Some(p), false),
+            Err(e) => {
+                eprintln!("{} (plain): {e:#}", shape.key);
+                (None, true)
+            }
+        };
+        let row = Row {
+            shape: shape.name(),
+            partitions: shape.partitions,
+            partitions_per_push: shape.lanes,
+            producers: args.e2e_producers,
+            consumers: args.e2e_consumers,
+            batch: args.e2e_batch,
+            seconds: args.e2e_seconds,
+            ours,
+            plain,
+            plain_failed,
+            ratio_consumed: plain.map(|p| ours.consumed_per_s / p.consumed_per_s.max(1e-9)),
+            ratio_pushed: plain.map(|p| ours.pushed_per_s / p.pushed_per_s.max(1e-9)),
+            ours_latency_ms: latency,
+            broker_rss_peak_mb: rss,
+        };
+        println!("{}", row_md(&row));
+        rows.push(row);
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let config = serde_json::json!({
+        "seconds": args.e2e_seconds,
+        "producers": args.e2e_producers,
+        "consumers": args.e2e_consumers,
+        "batch": args.e2e_batch,
+        "pop_batch": POP_BATCH,
+        "pop_wait_ms": POP_WAIT_MS,
+        "payload_bytes": 256,
+        "broker_pool_size": args.pool_size,
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "postgres": settings.get::<_, String>(0),
+        "synchronous_commit": settings.get::<_, String>(1),
+        "shared_buffers": settings.get::<_, String>(2),
+    });
+    std::fs::write(
+        dir.join("results.json"),
+        serde_json::to_string_pretty(&serde_json::json!({"stamp": stamp, "config": config, "rows": rows}))?,
+    )?;
+    let mut md = format!(
+        "### End to end: {} producers x {} messages per push, {} consumers (pop up to {POP_BATCH}, ack batch), {} s per side\n\n{HEADER}\n",
+        args.e2e_producers, args.e2e_batch, args.e2e_consumers, args.e2e_seconds
+    );
+    for r in &rows {
+        md.push_str(&row_md(r));
+        md.push('\n');
+    }
+    std::fs::write(dir.join("results.md"), md)?;
+    println!("\nresults: {}", dir.display());
+    Ok(())
+}
