@@ -338,13 +338,7 @@ async fn run_ours(
         .await;
     }
     stop.store(true, Ordering::Relaxed);
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
-    for g in generators {
-        let part = tokio::task::spawn_blocking(move || g.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("a bench client thread panicked"))??;
-        hist.add(part)?;
-    }
+    let hist = crate::join_clients(generators, 3_600_000_000).await?;
     rss_peak = rss_peak.max(rss_mb(pid));
     let secs = seconds.max(1) as f64;
     let pushed = counts.pushed.load(Ordering::Relaxed);

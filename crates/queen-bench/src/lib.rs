@@ -500,13 +500,7 @@ async fn run_ours(
         }
     }
     stop.store(true, Ordering::Relaxed);
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    for generator in generators {
-        let part = tokio::task::spawn_blocking(move || generator.join())
-            .await?
-            .map_err(|_| anyhow::anyhow!("a bench client thread panicked"))??;
-        hist.add(part)?;
-    }
+    let hist = join_clients(generators, 60_000_000).await?;
     // Counted once the requests in flight at the deadline have ended: they
     // are in the histogram, and a workload whose requests take longer than
     // the window (a push of 1,000 items over 1,000 partitions, 16 at once)
@@ -1085,4 +1079,20 @@ async fn ephemeral_vs_durable(
     Ok(serde_json::json!({"clients": clients, "seconds": span.as_secs_f64(),
                           "ephemeral_per_second": rates[0], "durable_per_second": rates[1],
                           "ratio": rates[0] / rates[1].max(1e-9)}))
+}
+
+/// Joins the bench's client threads and merges their latency histograms
+/// (microseconds, up to `highest`).
+pub(crate) async fn join_clients(
+    generators: Vec<std::thread::JoinHandle<anyhow::Result<Histogram<u64>>>>,
+    highest: u64,
+) -> anyhow::Result<Histogram<u64>> {
+    let mut hist = Histogram::<u64>::new_with_bounds(1, highest, 3)?;
+    for generator in generators {
+        let part = tokio::task::spawn_blocking(move || generator.join())
+            .await?
+            .map_err(|_| anyhow::anyhow!("a bench client thread panicked"))??;
+        hist.add(part)?;
+    }
+    Ok(hist)
 }
