@@ -334,10 +334,23 @@ async fn answer_batch<Q, A, Fut>(
 where
     Fut: Future<Output = Result<A, EngineError>>,
 {
+    answer_members(batch, outcome.map(|answers| answers.into_iter().map(Ok).collect()), alone).await
+}
+
+/// As [`answer_batch`], for a statement that answers each member on its
+/// own, a refusal included (the batch committed the others).
+async fn answer_members<Q, A, Fut>(
+    batch: Vec<Waiting<Q, A>>,
+    outcome: Result<Vec<Result<A, EngineError>>, EngineError>,
+    alone: impl Fn(Q) -> Fut,
+) -> Answered
+where
+    Fut: Future<Output = Result<A, EngineError>>,
+{
     match outcome {
         Ok(answers) if answers.len() == batch.len() => {
             for (w, a) in batch.into_iter().zip(answers) {
-                w.answer(Ok(a));
+                w.answer(a);
             }
         }
         Ok(_) => {
@@ -419,9 +432,11 @@ pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Json>;
 /// Answers are the SQL's text (sealed payloads still sealed).
 pub(crate) type PopBatcher = Batcher<PopRequest, Option<String>>;
 
-/// Concurrent bundles of acks and KV ops: one `queen.transaction_requests`
-/// call, one commit; a refused bundle fails the statement, and then each
-/// bundle runs alone (all-or-nothing per bundle, no subtransaction).
+/// Concurrent bundles of acks and KV ops: one `queen.transaction_batch`
+/// call, one commit. Each bundle is decided before it is applied, so a
+/// refused one answers alone and writes nothing while the others commit;
+/// a refusal that cannot be decided ahead fails the statement, and then
+/// each bundle runs alone (all-or-nothing per bundle, no subtransaction).
 pub(crate) type BundleBatcher = Batcher<Bundle, Json>;
 
 /// What a committed push tells the engine: the queues that got messages.
@@ -498,7 +513,7 @@ async fn run_bundles(pool: Pool, max_read: i64, batch: Vec<Waiting<Bundle, Json>
     let bundles: Vec<&Bundle> = batch.iter().map(|w| &w.request).collect();
     let outcome = plain_bundles_call(&pool, &bundles, max_read).await;
     drop(bundles);
-    answer_batch(batch, outcome, alone).await
+    answer_members(batch, outcome, alone).await
 }
 
 async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) -> Answered {

@@ -75,6 +75,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0016_push_marks_ready.sql",
         sql: include_str!("../sql/migrations/0016_push_marks_ready.sql"),
     },
+    Migration {
+        version: 17,
+        name: "0017_hot_leases.sql",
+        sql: include_str!("../sql/migrations/0017_hot_leases.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -267,12 +267,14 @@ pub(crate) async fn plain_bundle_call(
     bundle_call(pool, bundle, &[], &push, &TimerColumns::default(), max_read).await
 }
 
-/// Several bundles of acks and KV ops in one statement: one answer per bundle.
+/// Several bundles of acks and KV ops in one statement: one answer per
+/// bundle, `Err(EngineError::Refused)` for a bundle refused (it changed
+/// nothing; the others committed).
 pub(crate) async fn plain_bundles_call(
     pool: &Pool,
     bundles: &[&Bundle],
     max_read: i64,
-) -> Result<Vec<Json>, EngineError> {
+) -> Result<Vec<Result<Json, EngineError>>, EngineError> {
     let tx_ids: Vec<String> = bundles.iter().map(|_| uuid::Uuid::new_v4().to_string()).collect();
     let lent: Vec<Option<&str>> = bundles.iter().map(|b| b.lent_lease.as_deref()).collect();
     let slots: Vec<i32> = bundles.iter().map(|b| b.slots).collect();
@@ -290,7 +292,15 @@ pub(crate) async fn plain_bundles_call(
     let row = client.query_one(&stmt, &params).await?;
     drop(client);
     let answers: Vec<String> = row.try_get(0)?;
-    Ok(answers.into_iter().map(Json).collect())
+    let refused: Vec<bool> = row.try_get(1)?;
+    if refused.len() != answers.len() {
+        return Err(EngineError::Protocol("a bundle batch answered unequal columns".into()));
+    }
+    Ok(answers
+        .into_iter()
+        .zip(refused)
+        .map(|(body, refused)| if refused { Err(EngineError::Refused(body)) } else { Ok(Json(body)) })
+        .collect())
 }
 
 /// A length as the SQL's integer (a bundle holds far fewer items).

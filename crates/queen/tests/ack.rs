@@ -297,10 +297,12 @@ async fn a_nack_on_one_partition_does_not_clamp_another() {
     assert_eq!(tx_ids(&again), ["b-0", "b-1"], "only lane b redelivers");
 }
 
-/// `ack_rows` answers one completed item on a short path; each of its
-/// verdicts must be the general path's, byte for byte, with the same cursor
-/// after it. The general path runs when a ghost item rides along (it never
-/// touches the cursor); each case runs in a transaction that rolls back.
+/// `ack_rows` answers one completed item on a short path, completions on a
+/// set-based one, and anything with a nack cursor by cursor; each verdict
+/// must be the same on all three, byte for byte, with the same cursor
+/// after it. A ghost item riding along picks the path (it never touches
+/// the cursor): a completed one the set-based path, a retry the general
+/// one. Each case runs in a transaction that rolls back.
 #[tokio::test]
 async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_does() {
     let b = TestBroker::start().await;
@@ -327,7 +329,7 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
     for (case, txid, sent, lent, expire) in cases {
         let mut answers = Vec::new();
         let mut cursors = Vec::new();
-        for with_ghost in [false, true] {
+        for ghost in [None, Some("completed"), Some("retry")] {
             client.batch_execute("BEGIN").await.unwrap();
             if expire {
                 client
@@ -336,8 +338,10 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
                     .unwrap();
             }
             let mut txids = vec![txid.to_owned()];
-            if with_ghost {
+            let mut statuses = vec!["completed"];
+            if let Some(status) = ghost {
                 txids.push("ghost-rider".into());
+                statuses.push(status);
             }
             let n = txids.len();
             let pid: uuid::Uuid = pid.parse().unwrap();
@@ -347,7 +351,7 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
                     &[
                         &txids,
                         &vec![pid; n],
-                        &vec!["completed"; n],
+                        &statuses,
                         &vec![None::<&str>; n],
                         &vec![sent; n],
                         &vec!["__QUEUE_MODE__"; n],
@@ -367,7 +371,9 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
             ));
             client.batch_execute("ROLLBACK").await.unwrap();
         }
-        assert_eq!(answers[0], answers[1], "{case}: the answers differ");
-        assert_eq!(cursors[0], cursors[1], "{case}: the cursors differ");
+        for path in 1..3 {
+            assert_eq!(answers[0], answers[path], "{case}: the answers differ (path {path})");
+            assert_eq!(cursors[0], cursors[path], "{case}: the cursors differ (path {path})");
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The bundle batcher: concurrent transaction bundles of acks and KV ops
-//! share one statement and one commit (`queen.transaction_requests`). A
-//! refused bundle fails the statement, and then every bundle runs alone:
+//! share one statement and one commit (`queen.transaction_batch`). Each
+//! bundle is decided before it is applied: a refused one writes nothing
+//! and answers alone while the others commit, with no bundle run again;
 //! each is all-or-nothing, and each answer is the one a serial run gives.
 //! One batch slot forces the bundles in flight into few batches.
 mod common;
@@ -154,10 +155,37 @@ async fn a_refused_bundle_in_a_batch_changes_nothing_and_the_others_commit() {
         .await;
     assert_eq!(still, 1, "the refused bundle's ack did not commit");
     assert_eq!(b.scalar("SELECT count(*) FROM queen.kv WHERE ns = 'once'").await, 32);
-    assert!(
-        engine.batch_sizes(BatchKind::Transaction).retried >= 1,
-        "the refused batch ran bundle by bundle"
+    assert_eq!(
+        engine.batch_sizes(BatchKind::Transaction).retried,
+        0,
+        "the refusal was decided ahead: no bundle ran again"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bundle_with_a_stale_lease_in_a_batch_is_refused_alone_and_the_others_commit() {
+    let b = TestBroker::start().await;
+    let engine = bundle_batching_engine(&b, 1);
+    let mut messages = leased(&engine, "stale", 24).await;
+    // Bundle 5 acks under a lease that is not the cursor's.
+    messages[5]["leaseId"] = json!(uuid::Uuid::new_v4().to_string());
+    let bodies: Vec<String> =
+        messages.iter().enumerate().map(|(i, m)| once_ack(m, &format!("s{i}"))).collect();
+    let answers = run_all(&engine, bodies).await;
+    for (i, a) in answers.iter().enumerate() {
+        if i == 5 {
+            let Err(EngineError::Refused(body)) = a else { panic!("bundle 5 is refused: {a:?}") };
+            let body: Value = serde_json::from_str(body).expect("json");
+            assert_eq!(body["reason"], "rejected_ack", "{body}");
+            assert!(body["error"].as_str().unwrap_or("").starts_with("QTXN 1 acked"), "{body}");
+        } else {
+            assert_eq!(a.as_ref().expect("a good bundle")["success"], true, "bundle {i}");
+        }
+    }
+    assert_eq!(unacked(&b).await, 1, "only the refused bundle's message is still on its cursor");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.kv WHERE ns = 'once' AND key = 's5'").await, 0);
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.kv WHERE ns = 'once'").await, 23);
+    assert_eq!(engine.batch_sizes(BatchKind::Transaction).retried, 0, "no bundle ran again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -178,6 +206,7 @@ async fn bundles_racing_one_marker_in_batches_have_exactly_one_winner() {
         }
     }
     assert_eq!(unacked(&b).await, 31, "only the winner's ack committed");
+    assert_eq!(engine.batch_sizes(BatchKind::Transaction).retried, 0, "the losers were decided ahead");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

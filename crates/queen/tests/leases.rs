@@ -241,3 +241,83 @@ async fn extend_refuses_a_bad_seconds_value() {
         assert!(answer["error"].as_str().unwrap().contains("seconds"), "{answer}");
     }
 }
+
+/// Taking a lease (a pop) and releasing it (the ack) rewrite no indexed
+/// column of the cursor, so both are HOT updates: no index entry is written
+/// per pop or ack. Counted inside one transaction, where PostgreSQL's
+/// per-transaction statistics are exact.
+#[tokio::test]
+async fn taking_and_releasing_a_lease_are_hot_updates() {
+    let b = TestBroker::start().await;
+    b.push("hot", "p", &[("h1", json!(1)), ("h2", json!(2))]).await;
+    let mut client = b.sql().await;
+    let tx = client.transaction().await.unwrap();
+    let counts = "SELECT pg_stat_get_xact_tuples_updated('queen.cursors'::regclass),
+                         pg_stat_get_xact_tuples_hot_updated('queen.cursors'::regclass)";
+    let popped: String = tx
+        .query_one("SELECT queen.pop('hot', 'p', NULL, 2, 1, NULL, false, NULL, NULL)::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let popped: Value = serde_json::from_str(&popped).unwrap();
+    let lease = popped["leaseId"].as_str().unwrap().to_owned();
+    let pid: uuid::Uuid = popped["partitionId"].as_str().unwrap().parse().unwrap();
+    let row = tx.query_one(counts, &[]).await.unwrap();
+    let (updated, hot): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((updated, hot), (1, 1), "the lease");
+    let acked: String = tx
+        .query_one(
+            "SELECT queen.ack_rows($1, $2, $3, $4, $5, $6)::text",
+            &[
+                &vec!["h1", "h2"],
+                &vec![pid, pid],
+                &vec!["completed", "completed"],
+                &vec![None::<String>, None],
+                &vec![Some(lease.clone()), Some(lease)],
+                &vec!["__QUEUE_MODE__", "__QUEUE_MODE__"],
+            ],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let acked: Value = serde_json::from_str(&acked).unwrap();
+    assert_eq!(acked[1]["leaseReleased"], true, "{acked}");
+    let row = tx.query_one(counts, &[]).await.unwrap();
+    let (updated, hot): (i64, i64) = (row.get(0), row.get(1));
+    assert_eq!((updated, hot), (2, 2), "the lease and its release");
+    tx.commit().await.unwrap();
+}
+
+/// A lease id names its queue (extend finds its cursors through the
+/// queue), and a lease of one queue renews nothing of another.
+#[tokio::test]
+async fn extend_renews_only_the_lanes_of_the_lease_it_names() {
+    let b = TestBroker::start().await;
+    b.push("ext-a", "p", &[("a1", json!(1))]).await;
+    b.push("ext-b", "p", &[("b1", json!(1))]).await;
+    let a = b.pop_some("ext-a", "batch=1&leaseSeconds=30").await;
+    let bb = b.pop_some("ext-b", "batch=1&leaseSeconds=30").await;
+    let (lease_a, lease_b) = (a["leaseId"].as_str().unwrap(), bb["leaseId"].as_str().unwrap());
+    assert_ne!(lease_a, lease_b);
+    let qid = b.scalar("SELECT id FROM queen.queues WHERE name = 'ext-a'").await;
+    assert_eq!(i64::from_str_radix(&lease_a.replace('-', "")[..12], 16).unwrap(), qid, "{lease_a}");
+    let (_, body) = b.post(&format!("/api/v1/lease/{lease_a}/extend"), &json!({"seconds": 600})).await;
+    assert_renewed(&body);
+    assert_eq!(body["renewed"], 1);
+    let left = |q: &'static str| {
+        let b = &b;
+        async move {
+            b.scalar(&format!(
+                "SELECT extract(epoch FROM c.lease_expires_at - now())::bigint FROM queen.cursors c
+                   JOIN queen.queues q ON q.id = c.queue_id WHERE q.name = '{q}'"
+            ))
+            .await
+        }
+    };
+    assert!(left("ext-a").await > 500);
+    assert!(left("ext-b").await <= 30);
+    // The same random bits under another queue's id match nothing.
+    let forged = format!("{:012x}{}", qid + 1, &lease_a.replace('-', "")[12..]);
+    let (_, body) = b.post(&format!("/api/v1/lease/{forged}/extend"), &json!({"seconds": 600})).await;
+    assert_not_renewed(&body);
+}

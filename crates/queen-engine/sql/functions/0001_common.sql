@@ -98,6 +98,23 @@ BEGIN
       52, 1), 53, 1), 'hex')::uuid;
 END $$;
 
+-- A lease id: the queue's id in its first 48 bits, then the random bits of
+-- a v4 UUID (74 of them, with its version and variant). Extending a lease
+-- finds its cursors through the queue (queen.extend_lease), so no index on
+-- cursors.lease_id is needed and leasing stays a HOT update (migration
+-- 0017). The random bits keep a stale or foreign lease from matching.
+CREATE OR REPLACE FUNCTION queen.lease_id_for(p_queue_id bigint) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+  SELECT encode(overlay(uuid_send(gen_random_uuid()) PLACING substring(int8send(p_queue_id) FROM 3)
+                        FROM 1 FOR 6), 'hex')::uuid
+$$;
+
+-- The queue id a lease id names (see queen.lease_id_for).
+CREATE OR REPLACE FUNCTION queen.lease_queue_id(p_lease uuid) RETURNS bigint
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT ('x0000' || left(replace(p_lease::text, '-', ''), 12))::bit(64)::bigint
+$$;
+
 -- A message id from a partition's id clock (see migration 0008): the
 -- clock's 48 milliseconds, the version nibble 7, its 12-bit counter, then
 -- 64 random bits with the RFC 9562 variant. Ids of one partition rise with

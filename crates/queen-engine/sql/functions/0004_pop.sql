@@ -90,7 +90,7 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   q queen.queues;
   v_group text := coalesce(nullif(p_group, ''), '__QUEUE_MODE__');
-  v_lease uuid := CASE WHEN p_auto_ack THEN NULL ELSE queen.uuid_v7() END;
+  v_lease uuid;
   v_lease_secs integer;
   v_left integer := p_batch;
   v_msgs json[] := '{}';
@@ -138,6 +138,9 @@ BEGIN
     RETURN NULL;
   END IF;
   v_lease_secs := coalesce(p_lease_seconds, q.lease_time);
+  IF NOT p_auto_ack THEN
+    v_lease := queen.lease_id_for(q.id);
+  END IF;
 
   IF p_partition IS NOT NULL THEN
     SELECT p.id INTO v_pid FROM queen.partitions p WHERE p.queue_id = q.id AND p.name = p_partition;
@@ -304,6 +307,7 @@ CREATE OR REPLACE FUNCTION queen.extend_lease(p_lease text, p_seconds integer) R
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_lease uuid;
+  v_qid bigint;
   v_count integer := 0;
   v_expires timestamptz;
 BEGIN
@@ -312,11 +316,12 @@ BEGIN
   END IF;
   IF p_lease ~* '^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$' THEN
     v_lease := p_lease::uuid;
+    v_qid := queen.lease_queue_id(v_lease);
   END IF;
   IF v_lease IS NOT NULL THEN
     WITH renewed AS (
       UPDATE queen.cursors SET lease_expires_at = now() + make_interval(secs => p_seconds)
-       WHERE lease_id = v_lease AND lease_expires_at > now()
+       WHERE queue_id = v_qid AND lease_id = v_lease AND lease_expires_at > now()
       RETURNING lease_expires_at
     )
     SELECT count(*), max(lease_expires_at) INTO v_count, v_expires FROM renewed;

@@ -8,8 +8,71 @@
 -- The JSON entry point is gone: the engine checks acks (ack.rs) and passes arrays.
 DROP FUNCTION IF EXISTS queen.ack(json, text, text, text);
 
+-- Each item's verdict against its cursor as the caller's snapshot sees it
+-- (the caller holds the cursor locks): unresolvable (no cursor, or the
+-- transaction id is not in the partition), noop (a completion below the
+-- cursor: done before), committed (a nack below the cursor), lease (a lease
+-- was sent and is not the cursor's live one), ok. The verdicts are checked
+-- in this order: clients re-ack with the lease the message was delivered
+-- under, which is gone once the cursor moved past it. seqs: each item's
+-- offset (NULL when unresolvable).
+CREATE OR REPLACE FUNCTION queen.ack_verdicts(
+  p_txids text[], p_pids uuid[], p_statuses text[], p_leases text[], p_groups text[], p_lent_lease text,
+  OUT verdicts text[], OUT seqs bigint[])
+LANGUAGE sql STABLE AS $$
+  SELECT array_agg(v.verdict ORDER BY v.ord), array_agg(v.seq ORDER BY v.ord)
+    FROM (SELECT u.ord, m.seq,
+                 CASE WHEN c.queue_id IS NULL OR m.seq IS NULL THEN 'unresolvable'
+                      WHEN m.seq < c.next_seq THEN CASE WHEN u.status = 'completed' THEN 'noop' ELSE 'committed' END
+                      WHEN coalesce(nullif(u.lease, ''), p_lent_lease) IS NOT NULL
+                           AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now()
+                                OR c.lease_id::text <> lower(coalesce(nullif(u.lease, ''), p_lent_lease)))
+                        THEN 'lease'
+                      ELSE 'ok' END AS verdict
+            FROM unnest(p_txids, p_pids, p_statuses, p_leases, p_groups)
+                 WITH ORDINALITY u(txid, pid, status, lease, grp, ord)
+            LEFT JOIN queen.cursors c ON c.partition_id = u.pid AND c.consumer_group = u.grp
+            LEFT JOIN LATERAL (SELECT m.seq FROM queen.messages m
+                                WHERE m.partition_id = u.pid AND m.transaction_id = u.txid
+                                ORDER BY m.seq DESC LIMIT 1) m ON true) v
+$$;
+
+-- The refusal of a transaction's acks (strict mode: anything but ok
+-- refuses, a noop included), NULL when every verdict is ok. It names the
+-- first cursor, in lock order, with a refused item. The one writer of this
+-- answer: ack_rows raises it, transaction_requests answers it.
+CREATE OR REPLACE FUNCTION queen.ack_refusal(p_tx_id text, p_pids uuid[], p_groups text[], p_verdicts text[])
+RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT json_build_object('transactionId', p_tx_id, 'success', false, 'reason', 'rejected_ack', 'results', '[]'::json,
+           'error', 'QTXN ' || count(*) || ' acked message(s) on partition ' || u.pid
+             || ' are not leased by this worker or were already acked; the transaction rolled back')::text
+    FROM unnest(p_pids, p_groups, p_verdicts) u(pid, grp, verdict)
+   WHERE u.verdict <> 'ok'
+   GROUP BY u.pid, u.grp
+   ORDER BY u.pid, u.grp
+   LIMIT 1
+$$;
+
+-- One item's answer (p_index from 0). The one writer of the ack element.
+CREATE OR REPLACE FUNCTION queen.ack_answer(
+  p_index integer, p_txid text, p_verdict text, p_released boolean, p_dlq boolean)
+RETURNS json
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT json_build_object('index', p_index, 'transactionId', p_txid,
+    'success', p_verdict IN ('ok', 'noop'),
+    'error', CASE p_verdict
+               WHEN 'unresolvable' THEN 'unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers'
+               WHEN 'committed' THEN 'already committed: the cursor moved past this message before this ack'
+               WHEN 'lease' THEN 'invalid or expired lease' END,
+    'leaseReleased', p_verdict = 'ok' AND p_released, 'dlq', p_verdict = 'ok' AND p_dlq,
+    'noop', p_verdict = 'noop')
+$$;
+
 -- The ack itself, on checked items (the engine decodes them, crates/queen-engine/src/ack.rs):
 -- one element per item; p_groups are resolved (item, call, or queue mode).
+-- p_tx_id set: strict mode (the ack half of a transaction), where any
+-- refused item raises QN200 before anything is written.
 CREATE OR REPLACE FUNCTION queen.ack_rows(
   p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_leases text[], p_groups text[],
   p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
@@ -17,24 +80,22 @@ RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_n integer;
-  v_res jsonb[];
+  v_res json[];
   g record;
-  it record;
   cur record;
-  v_live text;
   v_lease text;
-  v_ords integer[];
+  v_verdicts text[];
   v_seqs bigint[];
-  v_stats text[];
-  v_errs text[];
+  v_verdict text;
+  v_ords integer[];
   v_min integer;
   v_max_done bigint;
   v_next bigint;
   v_released boolean;
   v_dlq boolean;
-  v_failed integer;
   v_seq bigint;
-  v_one jsonb;
+  v_answer json;
+  v_refusal text;
   i integer;
 BEGIN
   v_n := coalesce(array_length(p_txids, 1), 0);
@@ -43,12 +104,11 @@ BEGIN
   END IF;
 
   -- One completed item, the common ack (a lone ack, a once + ack bundle):
-  -- the verdicts of the general path below, in the same order, with four
-  -- statements instead of a dozen (each statement a function runs pays its
-  -- executor start-up). tests/ack.rs covers each verdict on this path, and
-  -- tests/batching_writes.rs the general one.
+  -- the verdicts of queen.ack_verdicts with three statements instead of a
+  -- join (each statement a function runs pays its executor start-up).
+  -- tests/ack.rs covers each verdict on every path.
   IF v_n = 1 AND p_statuses[1] = 'completed' THEN
-    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end, c.queue_id
+    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end
       INTO cur
       FROM queen.cursors c
      WHERE c.partition_id = p_pids[1] AND c.consumer_group = p_groups[1]
@@ -57,21 +117,18 @@ BEGIN
      WHERE m.partition_id = p_pids[1] AND m.transaction_id = p_txids[1]
      ORDER BY m.seq DESC LIMIT 1;
     v_lease := coalesce(nullif(p_leases[1], ''), p_lent_lease);
-    v_live := CASE WHEN cur.lease_expires_at > now() THEN cur.lease_id::text END;
-    IF cur.queue_id IS NULL OR v_seq IS NULL THEN
-      v_one := jsonb_build_object('index', 0, 'transactionId', p_txids[1], 'success', false,
-        'error', 'unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers',
-        'leaseReleased', false, 'dlq', false, 'noop', false);
-      v_failed := 1;
-    ELSIF v_seq < cur.next_seq THEN
-      v_one := jsonb_build_object('index', 0, 'transactionId', p_txids[1], 'success', true,
-        'error', NULL, 'leaseReleased', false, 'dlq', false, 'noop', true);
-      v_failed := CASE WHEN p_tx_id IS NOT NULL THEN 1 ELSE 0 END;
-    ELSIF v_lease IS NOT NULL AND (v_live IS NULL OR v_live <> lower(v_lease)) THEN
-      v_one := jsonb_build_object('index', 0, 'transactionId', p_txids[1], 'success', false,
-        'error', 'invalid or expired lease', 'leaseReleased', false, 'dlq', false, 'noop', false);
-      v_failed := 1;
-    ELSE
+    v_verdict := CASE
+      WHEN cur.next_seq IS NULL OR v_seq IS NULL THEN 'unresolvable'
+      WHEN v_seq < cur.next_seq THEN 'noop'
+      WHEN v_lease IS NOT NULL AND (cur.lease_expires_at IS NULL OR cur.lease_expires_at <= now()
+                                    OR cur.lease_id::text <> lower(v_lease)) THEN 'lease'
+      ELSE 'ok' END;
+    IF p_tx_id IS NOT NULL AND v_verdict <> 'ok' THEN
+      RAISE EXCEPTION USING ERRCODE = 'QN200',
+        MESSAGE = queen.ack_refusal(p_tx_id, p_pids, p_groups, ARRAY[v_verdict]);
+    END IF;
+    v_released := false;
+    IF v_verdict = 'ok' THEN
       v_next := v_seq + 1;
       v_released := cur.lease_id IS NOT NULL AND v_next >= cur.batch_end;
       UPDATE queen.cursors SET next_seq = v_next,
@@ -80,103 +137,87 @@ BEGIN
              lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
              batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END
        WHERE partition_id = p_pids[1] AND consumer_group = p_groups[1];
-      v_one := jsonb_build_object('index', 0, 'transactionId', p_txids[1], 'success', true, 'error', NULL,
-        'leaseReleased', v_released, 'dlq', false, 'noop', false);
-      v_failed := 0;
     END IF;
-    IF v_failed > 0 AND p_tx_id IS NOT NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
-        'transactionId', p_tx_id, 'success', false, 'reason', 'rejected_ack', 'results', '[]'::json,
-        'error', 'QTXN 1 acked message(s) on partition ' || p_pids[1]
-          || ' are not leased by this worker or were already acked; the transaction rolled back')::text;
-    END IF;
-    RETURN json_build_array(v_one);
+    RETURN json_build_array(queen.ack_answer(0, p_txids[1], v_verdict, v_released, false));
   END IF;
-  v_res := array_fill(NULL::jsonb, ARRAY[v_n]);
 
+  PERFORM queen.lock_cursors(p_pids, p_groups);
+  SELECT v.verdicts, v.seqs INTO v_verdicts, v_seqs
+    FROM queen.ack_verdicts(p_txids, p_pids, p_statuses, p_leases, p_groups, p_lent_lease) v;
+  IF p_tx_id IS NOT NULL THEN
+    v_refusal := queen.ack_refusal(p_tx_id, p_pids, p_groups, v_verdicts);
+    IF v_refusal IS NOT NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = v_refusal;
+    END IF;
+  END IF;
+
+  -- Only completions (a consumer acking what it popped): set-based, a
+  -- constant number of statements whatever the count of items. Each
+  -- cursor moves past its highest accepted item and releases its lease
+  -- when that reaches the leased batch's end.
+  IF p_statuses <@ ARRAY['completed'] THEN
+    WITH done AS (
+      SELECT d.pid, d.grp, d.next, c.lease_id IS NOT NULL AND d.next >= c.batch_end AS released
+        FROM (SELECT u.pid, u.grp, max(u.seq) + 1 AS next
+                FROM unnest(p_pids, p_groups, v_seqs, v_verdicts) u(pid, grp, seq, verdict)
+               WHERE u.verdict = 'ok'
+               GROUP BY u.pid, u.grp) d
+        JOIN queen.cursors c ON c.partition_id = d.pid AND c.consumer_group = d.grp
+    ), moved AS (
+      UPDATE queen.cursors c SET next_seq = d.next,
+             retry_count = CASE WHEN d.released THEN 0 ELSE c.retry_count END,
+             lease_id = CASE WHEN d.released THEN NULL ELSE c.lease_id END,
+             lease_expires_at = CASE WHEN d.released THEN NULL ELSE c.lease_expires_at END,
+             batch_end = CASE WHEN d.released THEN NULL ELSE c.batch_end END
+        FROM done d
+       WHERE c.partition_id = d.pid AND c.consumer_group = d.grp
+    )
+    SELECT json_agg(queen.ack_answer((u.ord - 1)::integer, u.txid, u.verdict, coalesce(d.released, false), false)
+                    ORDER BY u.ord)
+      INTO v_answer
+      FROM unnest(p_txids, p_pids, p_groups, v_verdicts) WITH ORDINALITY u(txid, pid, grp, verdict, ord)
+      LEFT JOIN done d ON d.pid = u.pid AND d.grp = u.grp;
+    RETURN v_answer;
+  END IF;
+
+  -- Nacks among the items: cursor by cursor, in lock order.
+  v_res := array_fill(NULL::json, ARRAY[v_n]);
   FOR g IN
-    SELECT DISTINCT u.pid, u.grp FROM unnest(p_pids, p_groups) u(pid, grp) ORDER BY 1, 2
+    SELECT u.pid, u.grp, array_agg(u.ord::integer ORDER BY u.ord) AS ords
+      FROM unnest(p_pids, p_groups) WITH ORDINALITY u(pid, grp, ord)
+     GROUP BY u.pid, u.grp
+     ORDER BY u.pid, u.grp
   LOOP
-    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end, c.retry_count, c.queue_id,
+    SELECT c.next_seq, c.lease_id, c.batch_end, c.retry_count, c.queue_id,
            q.retry_limit, q.retry_delay, q.dead_letter_queue, q.dlq_after_max_retries
       INTO cur
       FROM queen.cursors c JOIN queen.queues q ON q.id = c.queue_id
-     WHERE c.partition_id = g.pid AND c.consumer_group = g.grp
-       FOR UPDATE OF c;
-    v_live := CASE WHEN cur.lease_expires_at > now() THEN cur.lease_id::text END;
-    v_ords := '{}'; v_seqs := '{}'; v_stats := '{}'; v_errs := '{}';
-    v_failed := 0;
-
-    FOR it IN
-      SELECT u.ord::integer AS ord, u.txid, u.status, u.err,
-             coalesce(nullif(u.lease, ''), p_lent_lease) AS lease,
-             (SELECT m.seq FROM queen.messages m
-               WHERE m.partition_id = g.pid AND m.transaction_id = u.txid
-               ORDER BY m.seq DESC LIMIT 1) AS seq
-        FROM unnest(p_txids, p_pids, p_statuses, p_errors, p_leases, p_groups)
-             WITH ORDINALITY u(txid, pid, status, err, lease, grp, ord)
-       WHERE u.pid = g.pid AND u.grp = g.grp
-       ORDER BY u.ord
-    LOOP
-      IF cur.queue_id IS NULL OR it.seq IS NULL THEN
-        v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
-          'error', 'unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers',
-          'leaseReleased', false, 'dlq', false, 'noop', false);
-        v_failed := v_failed + 1;
-      ELSIF it.seq < cur.next_seq THEN
-        IF it.status = 'completed' THEN
-          v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', true,
-            'error', NULL, 'leaseReleased', false, 'dlq', false, 'noop', true);
-          IF p_tx_id IS NOT NULL THEN
-            v_failed := v_failed + 1;
-          END IF;
-        ELSE
-          v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
-            'error', 'already committed: the cursor moved past this message before this ack',
-            'leaseReleased', false, 'dlq', false, 'noop', false);
-          v_failed := v_failed + 1;
-        END IF;
-      -- After the below-cursor verdicts: clients re-ack with the lease the
-      -- message was delivered under, which is gone by then.
-      ELSIF it.lease IS NOT NULL AND (v_live IS NULL OR v_live <> lower(it.lease)) THEN
-        v_res[it.ord] := jsonb_build_object('index', it.ord - 1, 'transactionId', it.txid, 'success', false,
-          'error', 'invalid or expired lease', 'leaseReleased', false, 'dlq', false, 'noop', false);
-        v_failed := v_failed + 1;
-      ELSE
-        v_ords := v_ords || it.ord; v_seqs := v_seqs || it.seq;
-        v_stats := v_stats || it.status; v_errs := v_errs || it.err;
-      END IF;
-    END LOOP;
-
-    IF v_failed > 0 AND p_tx_id IS NOT NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
-        'transactionId', p_tx_id, 'success', false, 'reason', 'rejected_ack', 'results', '[]'::json,
-        'error', 'QTXN ' || v_failed || ' acked message(s) on partition ' || g.pid
-          || ' are not leased by this worker or were already acked; the transaction rolled back')::text;
-    END IF;
-    CONTINUE WHEN coalesce(array_length(v_ords, 1), 0) = 0;
-
-    -- The lowest nack clamps the cursor just before it.
+     WHERE c.partition_id = g.pid AND c.consumer_group = g.grp;
+    -- The accepted items of this cursor; the lowest nack clamps it just
+    -- before that message, else it moves past the highest completion.
+    v_ords := '{}';
     v_min := NULL;
     v_max_done := NULL;
-    FOR i IN 1 .. array_length(v_ords, 1) LOOP
-      IF v_stats[i] <> 'completed' AND (v_min IS NULL OR v_seqs[i] < v_seqs[v_min]) THEN
+    FOREACH i IN ARRAY g.ords LOOP
+      CONTINUE WHEN v_verdicts[i] <> 'ok';
+      v_ords := v_ords || i;
+      IF p_statuses[i] <> 'completed' AND (v_min IS NULL OR v_seqs[i] < v_seqs[v_min]) THEN
         v_min := i;
       END IF;
-      IF v_stats[i] = 'completed' AND (v_max_done IS NULL OR v_seqs[i] > v_max_done) THEN
+      IF p_statuses[i] = 'completed' AND (v_max_done IS NULL OR v_seqs[i] > v_max_done) THEN
         v_max_done := v_seqs[i];
       END IF;
     END LOOP;
-
     v_dlq := false;
+    v_released := false;
     IF v_min IS NOT NULL THEN
       v_next := v_seqs[v_min];
-      IF v_stats[v_min] = 'dlq' OR (v_stats[v_min] = 'failed' AND cur.retry_count >= cur.retry_limit) THEN
-        IF cur.dead_letter_queue AND (v_stats[v_min] = 'dlq' OR cur.dlq_after_max_retries) THEN
+      IF p_statuses[v_min] = 'dlq' OR (p_statuses[v_min] = 'failed' AND cur.retry_count >= cur.retry_limit) THEN
+        IF cur.dead_letter_queue AND (p_statuses[v_min] = 'dlq' OR cur.dlq_after_max_retries) THEN
           INSERT INTO queen.dead_letters (queue_id, partition_id, consumer_group, seq, message_id,
                  transaction_id, trace_id, payload, error_message, retry_count, created_at, producer_sub)
           SELECT cur.queue_id, m.partition_id, g.grp, m.seq, m.id, m.transaction_id, m.trace_id, m.payload,
-                 coalesce(v_errs[v_min], CASE WHEN v_stats[v_min] = 'dlq' THEN 'Moved to DLQ' ELSE 'Retries exhausted' END),
+                 coalesce(p_errors[v_min], CASE WHEN p_statuses[v_min] = 'dlq' THEN 'Moved to DLQ' ELSE 'Retries exhausted' END),
                  cur.retry_count, m.created_at, m.producer_sub
             FROM queen.messages m WHERE m.partition_id = g.pid AND m.seq = v_next;
           v_dlq := true;
@@ -187,14 +228,14 @@ BEGIN
       ELSE
         -- A failed message waits out retryDelay before a pop claims its lane.
         UPDATE queen.cursors SET next_seq = v_next,
-               retry_count = retry_count + CASE WHEN v_stats[v_min] = 'failed' THEN 1 ELSE 0 END,
+               retry_count = retry_count + CASE WHEN p_statuses[v_min] = 'failed' THEN 1 ELSE 0 END,
                lease_id = NULL, lease_expires_at = NULL, batch_end = NULL,
-               retry_at = CASE WHEN v_stats[v_min] = 'failed' AND cur.retry_delay > 0
+               retry_at = CASE WHEN p_statuses[v_min] = 'failed' AND cur.retry_delay > 0
                                THEN now() + make_interval(secs => cur.retry_delay / 1000.0) END
          WHERE partition_id = g.pid AND consumer_group = g.grp;
       END IF;
       v_released := true;
-    ELSE
+    ELSIF v_max_done IS NOT NULL THEN
       v_next := v_max_done + 1;
       v_released := cur.lease_id IS NOT NULL AND v_next >= cur.batch_end;
       UPDATE queen.cursors SET next_seq = v_next,
@@ -204,11 +245,8 @@ BEGIN
              batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END
        WHERE partition_id = g.pid AND consumer_group = g.grp;
     END IF;
-
-    FOR i IN 1 .. array_length(v_ords, 1) LOOP
-      v_res[v_ords[i]] := jsonb_build_object('index', v_ords[i] - 1,
-        'transactionId', p_txids[v_ords[i]], 'success', true, 'error', NULL,
-        'leaseReleased', v_released, 'dlq', (i = v_min AND v_dlq), 'noop', false);
+    FOREACH i IN ARRAY g.ords LOOP
+      v_res[i] := queen.ack_answer(i - 1, p_txids[i], v_verdicts[i], v_released, i = v_min AND v_dlq);
     END LOOP;
   END LOOP;
 

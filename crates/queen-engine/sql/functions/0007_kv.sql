@@ -72,6 +72,42 @@ LANGUAGE sql STABLE AS $$
            'version', coalesce(k.version, 0))
 $$;
 
+-- Whether queen.kv_put with this expect would apply now, without writing:
+-- NULL when it would, else the refusal it would answer. The same rules as
+-- kv_put (expect NULL: always; 0: only over an absent or expired row; N:
+-- only over the live row of version N). For deciding a bundle before
+-- applying it (queen.transaction_batch); the caller holds the key's lock.
+CREATE OR REPLACE FUNCTION queen.kv_put_verdict(p_ns text, p_key text, p_expect bigint) RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+  k queen.kv;
+BEGIN
+  IF p_expect IS NULL THEN
+    RETURN NULL;
+  END IF;
+  k := queen.kv_live(p_ns, p_key);
+  IF p_expect = 0 THEN
+    RETURN CASE WHEN k.version IS NOT NULL THEN queen.kv_refused(p_key, 'exists', k) END;
+  END IF;
+  RETURN CASE WHEN k.version IS NULL THEN queen.kv_refused(p_key, 'absent', k)
+              WHEN k.version <> p_expect THEN queen.kv_refused(p_key, 'version', k) END;
+END $$;
+
+-- The refusal of a lost `required` KV precondition (QN200's body): in a
+-- transaction (p_tx_id set) the transaction's refusal, else the KV call's.
+-- r: the op's answer (queen.kv_refused). The one writer of this body.
+CREATE OR REPLACE FUNCTION queen.kv_precondition_refusal(p_tx_id text, p_index bigint, p_key text, r jsonb)
+RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT (CASE WHEN p_tx_id IS NOT NULL THEN jsonb_build_object('transactionId', p_tx_id, 'success', false,
+                 'error', 'kv precondition lost at index ' || p_index || ' (' || (r ->> 'reason')
+                          || '); the transaction rolled back',
+                 'results', '[]'::jsonb)
+               ELSE '{}'::jsonb END
+          || jsonb_build_object('ok', false, 'reason', 'kv_precondition', 'failedIndex', p_index,
+               'kvReason', r ->> 'reason', 'key', p_key, 'version', r -> 'version', 'value', r -> 'value'))::text
+$$;
+
 CREATE OR REPLACE FUNCTION queen.kv_get(p_ns text, p_key text) RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

@@ -66,14 +66,8 @@ BEGIN
     END;
     IF a_required[i] AND NOT (r ->> 'applied')::boolean THEN
       -- Abort the whole call (and, in a transaction, the bundle).
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = (
-        CASE WHEN v_tx THEN jsonb_build_object('transactionId', p_ctx ->> 'txId', 'success', false,
-               'error', 'kv precondition lost at index ' || (v_offset + i - 1) || ' (' || (r ->> 'reason')
-                        || '); the transaction rolled back',
-               'results', '[]'::jsonb)
-             ELSE '{}'::jsonb END
-        || jsonb_build_object('ok', false, 'reason', 'kv_precondition', 'failedIndex', v_offset + i - 1,
-             'kvReason', r ->> 'reason', 'key', a_key[i], 'version', r -> 'version', 'value', r -> 'value'))::text;
+      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = queen.kv_precondition_refusal(
+        CASE WHEN v_tx THEN p_ctx ->> 'txId' END, v_offset + i - 1, a_key[i], r);
     END IF;
     v_res[i] := r;
   END LOOP;

@@ -68,13 +68,8 @@ BEGIN
     v_one := queen.kv_put(a_ns[1], a_key[1], a_value[1], a_ttl[1], a_forever[1],
                           CASE WHEN a_op[1] = 'put' THEN a_expect[1] ELSE 0 END);
     IF a_required[1] AND NOT (v_one ->> 'applied')::boolean THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = (jsonb_build_object('transactionId', p_tx_id,
-          'success', false, 'error', 'kv precondition lost at index ' || p_slot_count || ' ('
-            || (v_one ->> 'reason') || '); the transaction rolled back',
-          'results', '[]'::jsonb)
-        || jsonb_build_object('ok', false, 'reason', 'kv_precondition', 'failedIndex', p_slot_count,
-             'kvReason', v_one ->> 'reason', 'key', a_key[1], 'version', v_one -> 'version',
-             'value', v_one -> 'value'))::text;
+      RAISE EXCEPTION USING ERRCODE = 'QN200',
+        MESSAGE = queen.kv_precondition_refusal(p_tx_id, p_slot_count, a_key[1], v_one);
     END IF;
     v_kv := json_build_array(jsonb_build_object('index', p_slot_count, 'op', a_op[1], 'type', 'kv') || v_one);
   ELSIF coalesce(array_length(a_op, 1), 0) > 0 THEN
@@ -118,39 +113,50 @@ END $$;
 
 -- Several bundles without pushes or timers (acks and KV ops: the once +
 -- ack of an idempotent consumer) in one statement and one commit
--- (batch.rs). Each runs transaction_rows in arrival order and sees the
--- writes of the bundles before it, as serial bundles would. A refusal
--- raises and rolls the whole statement back; the engine then runs each
--- bundle alone, so a refused bundle changes nothing and the others still
--- commit: all-or-nothing per bundle without a subtransaction.
+-- (batch.rs). Each bundle is decided before it is applied, in arrival
+-- order, so it sees the writes of the bundles before it as serial bundles
+-- would: its acks' verdicts (queen.ack_verdicts, strict) and, for a bundle
+-- with one required put or putIfAbsent (the `once` marker), whether that
+-- write would apply (queen.kv_put_verdict). A refused bundle writes
+-- nothing and answers its refusal (refused[i]); the others are applied by
+-- transaction_rows and commit together. Only a bundle whose refusal cannot
+-- be decided ahead (several KV ops with a required one) can still raise:
+-- then the statement rolls back and the engine runs each bundle alone.
 -- Every cursor of the batch, then every KV key it writes, is locked first,
 -- in the global order (cursors by (partition, group), keys in byte order),
 -- so two batches never deadlock although their bundles interleave.
 -- Per request: its transaction id, lent lease and slot count, and how
 -- many of the flat acks and KV ops are its own (in request order).
 -- Answers one transaction body per request.
--- Before the starts were derived from the counts.
+DROP FUNCTION IF EXISTS queen.transaction_requests(text[], text[], bigint, integer[], integer[], integer[],
+  integer[], text[], uuid[], text[], text[], text[], text[],
+  text[], text[], text[], jsonb[], bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[],
+  jsonb[], text[], text[], integer[], boolean[]);
 DROP FUNCTION IF EXISTS queen.transaction_requests(text[], text[], bigint, integer[], integer[], integer[],
   integer[], integer[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[],
   jsonb[], bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
   integer[], boolean[]);
-CREATE OR REPLACE FUNCTION queen.transaction_requests(
+CREATE OR REPLACE FUNCTION queen.transaction_batch(
   p_tx_ids text[], p_lent_leases text[], p_max_read_bytes bigint, p_slot_counts integer[],
   p_ack_counts integer[], p_kv_counts integer[],
   p_ack_slots integer[], p_ack_txids text[], p_ack_pids uuid[], p_ack_statuses text[], p_ack_errors text[],
   p_ack_leases text[], p_ack_groups text[],
   a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
   a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
-  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[])
-RETURNS text[]
+  a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[],
+  OUT answers text[], OUT refused boolean[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_answers text[] := '{}';
   a integer := 1;
   b integer;
   k integer := 1;
   l integer;
+  v_verdicts text[];
+  v_refusal text;
+  v_kv jsonb;
 BEGIN
+  answers := '{}';
+  refused := '{}';
   PERFORM queen.lock_cursors(p_ack_pids, p_ack_groups);
   PERFORM queen.kv_lock(w.ns, w.key)
      FROM (SELECT u.ns, u.key FROM unnest(a_op, a_ns, a_key) u(op, ns, key)
@@ -159,17 +165,35 @@ BEGIN
   FOR i IN 1 .. cardinality(p_tx_ids) LOOP
     b := a + p_ack_counts[i] - 1;
     l := k + p_kv_counts[i] - 1;
-    v_answers := v_answers || queen.transaction_rows(p_tx_ids[i], p_lent_leases[i], p_max_read_bytes,
-      p_slot_counts[i],
-      '{}'::integer[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[],
-      p_ack_slots[a:b], p_ack_txids[a:b], p_ack_pids[a:b], p_ack_statuses[a:b], p_ack_errors[a:b],
-      p_ack_leases[a:b], p_ack_groups[a:b],
-      a_op[k:l], a_ns[k:l], a_key[k:l], a_value[k:l], a_ttl[k:l], a_forever[k:l], a_expect[k:l],
-      a_required[k:l], a_delta[k:l], a_min[k:l], a_max[k:l], a_keys[k:l], a_prefix[k:l], a_after[k:l],
-      a_limit[k:l], a_keys_only[k:l],
-      '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::text[])::text;
+    v_refusal := NULL;
+    IF b >= a THEN
+      SELECT v.verdicts INTO v_verdicts
+        FROM queen.ack_verdicts(p_ack_txids[a:b], p_ack_pids[a:b], p_ack_statuses[a:b], p_ack_leases[a:b],
+                                p_ack_groups[a:b], p_lent_leases[i]) v;
+      v_refusal := queen.ack_refusal(p_tx_ids[i], p_ack_pids[a:b], p_ack_groups[a:b], v_verdicts);
+    END IF;
+    IF v_refusal IS NULL AND l = k AND a_required[k] AND a_op[k] IN ('put', 'putIfAbsent') THEN
+      v_kv := queen.kv_put_verdict(a_ns[k], a_key[k], CASE WHEN a_op[k] = 'put' THEN a_expect[k] ELSE 0 END);
+      IF v_kv IS NOT NULL THEN
+        v_refusal := queen.kv_precondition_refusal(p_tx_ids[i], p_slot_counts[i], a_key[k], v_kv);
+      END IF;
+    END IF;
+    IF v_refusal IS NOT NULL THEN
+      answers := answers || v_refusal;
+      refused := refused || true;
+    ELSE
+      answers := answers || queen.transaction_rows(p_tx_ids[i], p_lent_leases[i], p_max_read_bytes,
+        p_slot_counts[i],
+        '{}'::integer[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[],
+        p_ack_slots[a:b], p_ack_txids[a:b], p_ack_pids[a:b], p_ack_statuses[a:b], p_ack_errors[a:b],
+        p_ack_leases[a:b], p_ack_groups[a:b],
+        a_op[k:l], a_ns[k:l], a_key[k:l], a_value[k:l], a_ttl[k:l], a_forever[k:l], a_expect[k:l],
+        a_required[k:l], a_delta[k:l], a_min[k:l], a_max[k:l], a_keys[k:l], a_prefix[k:l], a_after[k:l],
+        a_limit[k:l], a_keys_only[k:l],
+        '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::text[])::text;
+      refused := refused || false;
+    END IF;
     a := b + 1;
     k := l + 1;
   END LOOP;
-  RETURN v_answers;
 END $$;
