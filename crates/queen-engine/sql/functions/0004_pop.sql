@@ -102,6 +102,7 @@ DECLARE
   v_name text;
   v_leased boolean;
   v_lanes refcursor;
+  head record;
   v_registered boolean := false;
   -- Whether the caller's transaction wrote before this pop: then it is not
   -- the pop's own, and its commit must wait for the flush.
@@ -117,8 +118,16 @@ BEGIN
     PERFORM queen.bad_request('leaseSeconds', 'must be a positive integer');
   END IF;
 
-  -- A registered group's position is fixed; only a first pop registers.
-  IF NOT EXISTS (SELECT 1 FROM queen.consumer_groups WHERE queue_name = p_queue AND name = v_group) THEN
+  -- One statement for the queue row, the named partition and whether the
+  -- group is registered (a registered group's position is fixed; only a
+  -- first pop registers, and a group may register before its queue exists).
+  SELECT q0 AS qrow, p.id AS pid,
+         EXISTS (SELECT 1 FROM queen.consumer_groups g WHERE g.queue_name = p_queue AND g.name = v_group) AS known
+    INTO head
+    FROM (SELECT 1) one
+    LEFT JOIN queen.queues q0 ON q0.name = p_queue
+    LEFT JOIN queen.partitions p ON p_partition IS NOT NULL AND p.queue_id = q0.id AND p.name = p_partition;
+  IF NOT head.known THEN
     PERFORM queen.register_group(p_queue, v_group, p_sub_mode, p_sub_from);
     v_registered := true;
   END IF;
@@ -133,7 +142,7 @@ BEGIN
   IF NOT p_auto_ack AND NOT v_registered AND NOT v_wrote_before THEN
     PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
-  SELECT * INTO q FROM queen.queues WHERE name = p_queue;
+  q := head.qrow;
   IF q.id IS NULL THEN
     RETURN NULL;
   END IF;
@@ -143,7 +152,7 @@ BEGIN
   END IF;
 
   IF p_partition IS NOT NULL THEN
-    SELECT p.id INTO v_pid FROM queen.partitions p WHERE p.queue_id = q.id AND p.name = p_partition;
+    v_pid := head.pid;
     IF v_pid IS NULL THEN
       RETURN NULL;
     END IF;
@@ -192,6 +201,30 @@ BEGIN
     'messages', array_to_json(v_msgs), 'partitionsClaimed', v_claimed);
 END $$;
 
+-- Up to p_max messages of a lane from p_from in offset order, as the pop
+-- answers them (delayed messages not yet due left out): the batch, its
+-- count and its last offset (0 and NULLs when there is none).
+CREATE OR REPLACE FUNCTION queen.lane_messages(
+  q queen.queues, p_pid uuid, p_pname text, p_group text, p_from bigint, p_max integer, p_lease uuid)
+RETURNS TABLE (batch json[], n bigint, last bigint)
+-- A set-returning SQL function of one SELECT: inlined into the caller's
+-- statement, so planned once with it (see queen.uuid_v7 for the cost of a
+-- SQL function that is not).
+LANGUAGE sql STABLE AS $$
+  SELECT array_agg(json_build_object(
+           'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id, 'data', m.payload,
+           'producerSub', m.producer_sub, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
+           'partition', p_pname, 'queue', q.name, 'leaseId', coalesce(p_lease::text, ''),
+           'consumerGroup', p_group) ORDER BY m.seq),
+         count(*), max(m.seq)
+    FROM (SELECT * FROM queen.messages m
+           WHERE m.partition_id = p_pid AND m.seq >= p_from
+             AND (q.delayed_processing = 0
+                  OR m.created_at <= now() - make_interval(secs => q.delayed_processing))
+           ORDER BY m.seq
+           LIMIT p_max) m
+$$;
+
 -- One lane of a pop: claims the cursor (FOR UPDATE SKIP LOCKED, free lease,
 -- window buffer and delay respected), reads up to p_max messages in offset
 -- order, and leases or commits them. NULL when the lane gives nothing.
@@ -220,39 +253,69 @@ DECLARE
   v_last bigint;
   v_head bigint;
 BEGIN
-  SELECT c.next_seq, p.next_seq AS head, p.name AS pname
-    INTO lane
-    FROM queen.cursors c
-    JOIN queen.partitions p ON p.id = c.partition_id
-   WHERE c.partition_id = p_pid AND c.consumer_group = p_group
-     -- A lease that expired, or a nack (retry_at), waits out retryDelay.
-     AND (c.lease_expires_at IS NULL
-          OR c.lease_expires_at <= now() - make_interval(secs => q.retry_delay / 1000.0))
-     AND (c.retry_at IS NULL OR c.retry_at <= now())
-     AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
-     AND (q.delayed_processing = 0 OR coalesce((
-           SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
-            ORDER BY m.seq LIMIT 1) <= now() - make_interval(secs => q.delayed_processing), true))
-     FOR UPDATE OF c SKIP LOCKED;
-  IF NOT FOUND THEN
-    RETURN NULL;
-  END IF;
-
-  -- ttl: messages older than it are never delivered. created_at rises
-  -- with seq in a partition, so they are the lane's head: the cursor moves
-  -- past them (we hold its lock), for this group, for good.
-  IF q.ttl > 0 AND lane.next_seq < lane.head THEN
-    v_head := coalesce((SELECT m.seq FROM queen.messages m
-                         WHERE m.partition_id = p_pid AND m.seq >= lane.next_seq
-                           AND m.created_at > now() - make_interval(secs => q.ttl)
-                         ORDER BY m.seq LIMIT 1), lane.head);
-    IF v_head > lane.next_seq THEN
-      UPDATE queen.cursors SET next_seq = v_head WHERE partition_id = p_pid AND consumer_group = p_group;
-      lane.next_seq := v_head;
+  IF q.ttl = 0 THEN
+    -- The claim and the read in one statement.
+    SELECT l.next_seq, l.head, b.batch, b.n, b.last
+      INTO lane
+      FROM (SELECT c.next_seq, p.next_seq AS head, p.name AS pname
+              FROM queen.cursors c
+              JOIN queen.partitions p ON p.id = c.partition_id
+             WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+               -- A lease that expired, or a nack (retry_at), waits out retryDelay.
+               AND (c.lease_expires_at IS NULL
+                    OR c.lease_expires_at <= now() - make_interval(secs => q.retry_delay / 1000.0))
+               AND (c.retry_at IS NULL OR c.retry_at <= now())
+               AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
+               AND (q.delayed_processing = 0 OR coalesce((
+                     SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+                      ORDER BY m.seq LIMIT 1) <= now() - make_interval(secs => q.delayed_processing), true))
+               FOR UPDATE OF c SKIP LOCKED) l
+      CROSS JOIN LATERAL queen.lane_messages(q, p_pid, l.pname, p_group, l.next_seq, p_max, p_lease) b;
+    IF NOT FOUND THEN
+      RETURN NULL;
+    END IF;
+    v_batch := lane.batch;
+    v_count := lane.n;
+    v_last := lane.last;
+  ELSE
+    SELECT c.next_seq, p.next_seq AS head, p.name AS pname
+      INTO lane
+      FROM queen.cursors c
+      JOIN queen.partitions p ON p.id = c.partition_id
+     WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+       AND (c.lease_expires_at IS NULL
+            OR c.lease_expires_at <= now() - make_interval(secs => q.retry_delay / 1000.0))
+       AND (c.retry_at IS NULL OR c.retry_at <= now())
+       AND (q.window_buffer = 0 OR p.last_push_at <= now() - make_interval(secs => q.window_buffer))
+       AND (q.delayed_processing = 0 OR coalesce((
+             SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
+              ORDER BY m.seq LIMIT 1) <= now() - make_interval(secs => q.delayed_processing), true))
+       FOR UPDATE OF c SKIP LOCKED;
+    IF NOT FOUND THEN
+      RETURN NULL;
+    END IF;
+    -- ttl: messages older than it are never delivered. created_at rises
+    -- with seq in a partition, so they are the lane's head: the cursor moves
+    -- past them (we hold its lock), for this group, for good.
+    IF lane.next_seq < lane.head THEN
+      v_head := coalesce((SELECT m.seq FROM queen.messages m
+                           WHERE m.partition_id = p_pid AND m.seq >= lane.next_seq
+                             AND m.created_at > now() - make_interval(secs => q.ttl)
+                           ORDER BY m.seq LIMIT 1), lane.head);
+      IF v_head > lane.next_seq THEN
+        UPDATE queen.cursors SET next_seq = v_head WHERE partition_id = p_pid AND consumer_group = p_group;
+        lane.next_seq := v_head;
+      END IF;
+    END IF;
+    IF lane.next_seq < lane.head THEN
+      SELECT b.batch, b.n, b.last INTO v_batch, v_count, v_last
+        FROM queen.lane_messages(q, p_pid, lane.pname, p_group, lane.next_seq, p_max, p_lease) b;
+    ELSE
+      v_count := 0;
     END IF;
   END IF;
 
-  IF lane.next_seq >= lane.head THEN
+  IF v_count = 0 AND lane.next_seq >= lane.head THEN
     SELECT p.next_seq INTO v_head FROM queen.partitions p WHERE p.id = p_pid FOR SHARE SKIP LOCKED;
     IF v_head IS NOT NULL AND lane.next_seq >= v_head THEN
       DELETE FROM queen.ready_lanes WHERE partition_id = p_pid AND consumer_group = p_group;
@@ -260,19 +323,6 @@ BEGIN
     RETURN NULL;
   END IF;
 
-  SELECT array_agg(json_build_object(
-           'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id, 'data', m.payload,
-           'producerSub', m.producer_sub, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
-           'partition', lane.pname, 'queue', q.name, 'leaseId', coalesce(p_lease::text, ''),
-           'consumerGroup', p_group) ORDER BY m.seq),
-         count(*), max(m.seq)
-    INTO v_batch, v_count, v_last
-    FROM (SELECT * FROM queen.messages m
-           WHERE m.partition_id = p_pid AND m.seq >= lane.next_seq
-             AND (q.delayed_processing = 0
-                  OR m.created_at <= now() - make_interval(secs => q.delayed_processing))
-           ORDER BY m.seq
-           LIMIT p_max) m;
   IF v_count = 0 THEN
     -- Nothing left at or after the cursor (deleted messages leave holes):
     -- move the cursor to the lane's end so the lane stops being claimed.

@@ -552,14 +552,21 @@ CREATE OR REPLACE FUNCTION queen.pop_api(
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text, p_key_id text)
 RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_paused boolean;
+  v_mismatch boolean;
 BEGIN
-  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
+  -- The pop switch, and the queue's key: a queue that was ever encrypted
+  -- keeps its key id (and may hold sealed payloads after encryption is
+  -- turned off), so it takes its key to pop. One statement for both.
+  SELECT EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused),
+         EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_key_id IS NOT NULL
+                    AND q.encryption_key_id IS DISTINCT FROM p_key_id)
+    INTO v_paused, v_mismatch;
+  IF v_paused THEN
     RETURN NULL;
   END IF;
-  -- A queue that was ever encrypted keeps its key id (and may hold sealed
-  -- payloads after encryption is turned off): it takes its key to pop.
-  IF EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_key_id IS NOT NULL
-                AND q.encryption_key_id IS DISTINCT FROM p_key_id) THEN
+  IF v_mismatch THEN
     PERFORM queen.encryption_key_mismatch(p_queue);
   END IF;
   RETURN queen.pop(p_queue, p_partition, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
