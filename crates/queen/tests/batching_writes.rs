@@ -688,3 +688,66 @@ async fn an_ack_batch_that_fails_as_a_whole_fails_only_its_poison_request() {
         7
     );
 }
+
+/// Completions on distinct cursors are applied for the whole batch at once
+/// (`queen.ack_completions`); each request still gets the answer it would
+/// alone: its own indexes from 0, its own refusals, its cursor moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_acks_on_distinct_cursors_answer_each_request_as_alone() {
+    let b = TestBroker::start().await;
+    let engine = engine_with_slots(&b, 1);
+    let messages = leased(&b, &engine, "distinct", 16, 2).await;
+    let wrong = uuid::Uuid::new_v4().to_string();
+    let mut bodies = Vec::new();
+    for p in 0..16 {
+        let name = format!("p{p}");
+        let mut items: Vec<Value> = messages
+            .iter()
+            .filter(|m| m["partition"] == name.as_str())
+            .map(|m| {
+                let lease = if p == 4 { json!(wrong) } else { m["leaseId"].clone() };
+                json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": lease})
+            })
+            .collect();
+        if p == 7 {
+            let pid = items[0]["partitionId"].clone();
+            items.push(json!({"transactionId": "ghost", "partitionId": pid}));
+        }
+        bodies.push(Value::Array(items).to_string());
+    }
+    let answers = ack_all(&engine, bodies).await;
+    for (p, a) in answers.iter().enumerate() {
+        let a = a.as_ref().expect("ack").as_array().expect("array").clone();
+        assert_eq!(a.len(), if p == 7 { 3 } else { 2 }, "p{p}: {a:?}");
+        for (i, item) in a.iter().enumerate() {
+            assert_eq!(item["index"], i, "p{p}: {item}");
+            match (p, i) {
+                (4, _) => {
+                    assert_eq!(item["success"], false, "{item}");
+                    assert_eq!(item["error"], "invalid or expired lease", "{item}");
+                }
+                (7, 2) => {
+                    assert_eq!(item["success"], false, "{item}");
+                    assert!(item["error"].as_str().unwrap_or("").starts_with("unresolvable"), "{item}");
+                }
+                _ => {
+                    assert_eq!(item["success"], true, "p{p}: {item}");
+                    assert_eq!(item["leaseReleased"], true, "p{p}: {item}");
+                }
+            }
+        }
+    }
+    let moved = b
+        .scalar("select count(*) from queen.cursors where consumer_group = 'g' and next_seq = 2 and lease_id is null")
+        .await;
+    assert_eq!(moved, 15, "every cursor but p4's moved past both messages and released its lease");
+    let p4 = b
+        .scalar(
+            "select c.next_seq from queen.cursors c join queen.partitions p on p.id = c.partition_id
+              where c.consumer_group = 'g' and p.name = 'p4'",
+        )
+        .await;
+    assert_eq!(p4, 0, "a refused lease moves nothing");
+    assert_eq!(engine.batch_sizes(BatchKind::Ack).retried, 0);
+    assert!(engine.batch_sizes(BatchKind::Ack).count < 16, "nothing was batched");
+}

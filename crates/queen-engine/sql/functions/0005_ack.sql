@@ -69,6 +69,48 @@ LANGUAGE sql IMMUTABLE AS $$
     'noop', p_verdict = 'noop')
 $$;
 
+-- Applies completions whose verdicts are taken (queen.ack_verdicts, the
+-- cursors locked): each cursor moves past its highest accepted item and
+-- releases its lease when that reaches the leased batch's end, in one
+-- statement whatever the count of items. p_requests numbers each item's
+-- request from 0; answers one JSON array per request, indexes counted
+-- within the request. A constant number of statements per call, so a
+-- batch of acks costs one call (queen.ack_requests).
+CREATE OR REPLACE FUNCTION queen.ack_completions(
+  p_txids text[], p_pids uuid[], p_groups text[], p_seqs bigint[], p_verdicts text[], p_requests integer[])
+RETURNS text[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_answers text[];
+BEGIN
+  WITH done AS (
+    SELECT d.pid, d.grp, d.next, c.lease_id IS NOT NULL AND d.next >= c.batch_end AS released
+      FROM (SELECT u.pid, u.grp, max(u.seq) + 1 AS next
+              FROM unnest(p_pids, p_groups, p_seqs, p_verdicts) u(pid, grp, seq, verdict)
+             WHERE u.verdict = 'ok'
+             GROUP BY u.pid, u.grp) d
+      JOIN queen.cursors c ON c.partition_id = d.pid AND c.consumer_group = d.grp
+  ), moved AS (
+    UPDATE queen.cursors c SET next_seq = d.next,
+           retry_count = CASE WHEN d.released THEN 0 ELSE c.retry_count END,
+           lease_id = CASE WHEN d.released THEN NULL ELSE c.lease_id END,
+           lease_expires_at = CASE WHEN d.released THEN NULL ELSE c.lease_expires_at END,
+           batch_end = CASE WHEN d.released THEN NULL ELSE c.batch_end END
+      FROM done d
+     WHERE c.partition_id = d.pid AND c.consumer_group = d.grp
+  )
+  SELECT array_agg(a.answer ORDER BY a.req)
+    INTO v_answers
+    FROM (SELECT i.req, json_agg(queen.ack_answer(i.idx, i.txid, i.verdict, coalesce(d.released, false), false)
+                                 ORDER BY i.ord)::text AS answer
+            FROM (SELECT u.*, (row_number() OVER (PARTITION BY u.req ORDER BY u.ord) - 1)::integer AS idx
+                    FROM unnest(p_txids, p_pids, p_groups, p_verdicts, p_requests)
+                         WITH ORDINALITY u(txid, pid, grp, verdict, req, ord)) i
+            LEFT JOIN done d ON d.pid = i.pid AND d.grp = i.grp
+           GROUP BY i.req) a;
+  RETURN v_answers;
+END $$;
+
 -- The ack itself, on checked items (the engine decodes them, crates/queen-engine/src/ack.rs):
 -- one element per item; p_groups are resolved (item, call, or queue mode).
 -- p_tx_id set: strict mode (the ack half of a transaction), where any
@@ -151,33 +193,10 @@ BEGIN
     END IF;
   END IF;
 
-  -- Only completions (a consumer acking what it popped): set-based, a
-  -- constant number of statements whatever the count of items. Each
-  -- cursor moves past its highest accepted item and releases its lease
-  -- when that reaches the leased batch's end.
+  -- Only completions (a consumer acking what it popped): set-based.
   IF p_statuses <@ ARRAY['completed'] THEN
-    WITH done AS (
-      SELECT d.pid, d.grp, d.next, c.lease_id IS NOT NULL AND d.next >= c.batch_end AS released
-        FROM (SELECT u.pid, u.grp, max(u.seq) + 1 AS next
-                FROM unnest(p_pids, p_groups, v_seqs, v_verdicts) u(pid, grp, seq, verdict)
-               WHERE u.verdict = 'ok'
-               GROUP BY u.pid, u.grp) d
-        JOIN queen.cursors c ON c.partition_id = d.pid AND c.consumer_group = d.grp
-    ), moved AS (
-      UPDATE queen.cursors c SET next_seq = d.next,
-             retry_count = CASE WHEN d.released THEN 0 ELSE c.retry_count END,
-             lease_id = CASE WHEN d.released THEN NULL ELSE c.lease_id END,
-             lease_expires_at = CASE WHEN d.released THEN NULL ELSE c.lease_expires_at END,
-             batch_end = CASE WHEN d.released THEN NULL ELSE c.batch_end END
-        FROM done d
-       WHERE c.partition_id = d.pid AND c.consumer_group = d.grp
-    )
-    SELECT json_agg(queen.ack_answer((u.ord - 1)::integer, u.txid, u.verdict, coalesce(d.released, false), false)
-                    ORDER BY u.ord)
-      INTO v_answer
-      FROM unnest(p_txids, p_pids, p_groups, v_verdicts) WITH ORDINALITY u(txid, pid, grp, verdict, ord)
-      LEFT JOIN done d ON d.pid = u.pid AND d.grp = u.grp;
-    RETURN v_answer;
+    RETURN (queen.ack_completions(p_txids, p_pids, p_groups, v_seqs, v_verdicts,
+                                  array_fill(0, ARRAY[v_n])))[1]::json;
   END IF;
 
   -- Nacks among the items: cursor by cursor, in lock order.
@@ -285,8 +304,20 @@ LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_res text[] := '{}';
   r record;
+  v_verdicts text[];
+  v_seqs bigint[];
 BEGIN
   PERFORM queen.lock_cursors(p_pids, p_groups);
+  -- Completions only, and no cursor acked by two requests: no request can
+  -- see another's writes, so every verdict is taken against the cursors
+  -- as found and the whole batch is applied at once.
+  IF p_statuses <@ ARRAY['completed'] AND NOT EXISTS (
+       SELECT 1 FROM unnest(p_pids, p_groups, p_requests) u(pid, grp, req)
+        GROUP BY u.pid, u.grp HAVING count(DISTINCT u.req) > 1) THEN
+    SELECT v.verdicts, v.seqs INTO v_verdicts, v_seqs
+      FROM queen.ack_verdicts(p_txids, p_pids, p_statuses, p_leases, p_groups, NULL) v;
+    RETURN queen.ack_completions(p_txids, p_pids, p_groups, v_seqs, v_verdicts, p_requests);
+  END IF;
   FOR r IN
     SELECT u.req,
            array_agg(u.txid ORDER BY u.n) AS txids, array_agg(u.pid ORDER BY u.n) AS pids,
