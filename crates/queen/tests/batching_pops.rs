@@ -279,3 +279,87 @@ async fn racing_http_pops_share_statements_and_deliver_each_message_once() {
     );
     assert_eq!(sizes.retried, 0);
 }
+
+/// The common batch (members naming their own lanes, leasing, registered
+/// groups) runs in one pass (`queen.pop_named_batch`): each member gets
+/// what it would alone (its lane's first messages in order, a lease of its
+/// own on its lane only); a leased lane and a drained one give nothing, and
+/// the drained lane loses its ready row. Checked over rounds, so that some
+/// rounds batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_pops_of_named_lanes_each_get_their_own_lane_in_order() {
+    let b = TestBroker::start().await;
+    let engine = pop_batching_engine(&b);
+    fill(&engine, "named", 12, 6).await;
+    // Register the queue-mode group (a first pop registers it).
+    let first = PopRequest { partition: Some("p11".into()), ..pop_of("named", 6, true) };
+    assert!(engine.pop(&first).await.expect("pop").is_some());
+    // p10 is leased already; p11 is drained.
+    let held = PopRequest { partition: Some("p10".into()), ..pop_of("named", 1, false) };
+    assert!(engine.pop(&held).await.expect("pop").is_some());
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for round in 0..3 {
+        let requests: Vec<PopRequest> = (0..12)
+            .map(|p| PopRequest { partition: Some(format!("p{p}")), ..pop_of("named", 2, false) })
+            .collect();
+        let answers = pop_all(&engine, requests).await;
+        let mut leases = HashSet::new();
+        for (p, a) in answers.into_iter().enumerate() {
+            let a = a.expect("pop");
+            if p >= 10 {
+                assert!(a.is_none(), "round {round}: p{p} gives nothing: {a:?}");
+                continue;
+            }
+            let a = a.unwrap_or_else(|| panic!("round {round}: p{p} gives its next messages"));
+            assert_eq!(a["partition"], format!("p{p}"));
+            let lease = a["leaseId"].as_str().expect("lease").to_owned();
+            assert!(leases.insert(lease.clone()), "each member has a lease of its own");
+            let n = seen.entry(format!("p{p}")).or_default();
+            let expected: Vec<String> = (*n..*n + 2).map(|i| format!("p{p}-{i}")).collect();
+            assert_eq!(transaction_ids(&a), expected, "round {round}: p{p} in lane order");
+            *n += 2;
+            // Ack what the member got, so that the next round gets the next two.
+            let acks: Vec<Value> = a["messages"]
+                .as_array()
+                .expect("messages")
+                .iter()
+                .map(|m| {
+                    serde_json::json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                       "leaseId": lease})
+                })
+                .collect();
+            let acked = engine.ack(&Value::Array(acks).to_string(), None).await.expect("ack");
+            assert!(
+                !acked.0.contains("\"success\" : false") && !acked.0.contains("\"success\":false"),
+                "{}",
+                acked.0
+            );
+        }
+    }
+    assert_eq!(
+        b.scalar(
+            "SELECT count(*) FROM queen.ready_lanes r JOIN queen.partitions p ON p.id = r.partition_id
+              WHERE p.name = 'p11'"
+        )
+        .await,
+        0,
+        "the drained lane lost its ready row"
+    );
+    assert_eq!(
+        b.scalar("SELECT count(*) FROM queen.cursors WHERE lease_id IS NOT NULL").await,
+        1,
+        "p10's only"
+    );
+    assert!(engine.batch_sizes(BatchKind::Pop).count < 12 * 3 + 2, "nothing was batched");
+    // That shape takes the one-pass path; a member of another shape (a
+    // partition that does not exist) sends the batch member by member.
+    let sql = b.sql().await;
+    let one_pass = "SELECT queen.pop_named_batch($1, $2, ARRAY[NULL, NULL]::text[], ARRAY[1, 1],
+                                                ARRAY[1, 1], ARRAY[NULL, NULL]::integer[], ARRAY[false, false], NULL)
+                      IS NOT NULL";
+    let named = vec!["named", "named"];
+    let taken: bool = sql.query_one(one_pass, &[&named, &vec!["p0", "p1"]]).await.expect("sql").get(0);
+    assert!(taken, "named lanes take the one-pass path");
+    let taken: bool = sql.query_one(one_pass, &[&named, &vec!["p0", "nowhere"]]).await.expect("sql").get(0);
+    assert!(!taken, "an unknown partition does not");
+}

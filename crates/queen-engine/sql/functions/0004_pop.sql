@@ -196,10 +196,18 @@ BEGIN
   IF v_claimed = 0 THEN
     RETURN NULL;
   END IF;
-  RETURN json_build_object('success', true, 'queue', q.name, 'partition', v_first_name,
-    'partitionId', v_first_pid, 'leaseId', coalesce(v_lease::text, ''), 'consumerGroup', v_group,
-    'messages', array_to_json(v_msgs), 'partitionsClaimed', v_claimed);
+  RETURN queen.pop_answer(q.name, v_first_name, v_first_pid, v_lease, v_group, v_msgs, v_claimed);
 END $$;
+
+-- A pop's answer. The one writer of this body (queen.pop, queen.pop_named_batch).
+CREATE OR REPLACE FUNCTION queen.pop_answer(
+  p_queue text, p_partition text, p_pid uuid, p_lease uuid, p_group text, p_msgs json[], p_claimed integer)
+RETURNS json
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT json_build_object('success', true, 'queue', p_queue, 'partition', p_partition,
+    'partitionId', p_pid, 'leaseId', coalesce(p_lease::text, ''), 'consumerGroup', p_group,
+    'messages', array_to_json(p_msgs), 'partitionsClaimed', p_claimed)
+$$;
 
 -- Up to p_max messages of a lane from p_from in offset order, as the pop
 -- answers them (delayed messages not yet due left out): the batch, its
@@ -379,4 +387,103 @@ BEGIN
   RETURN json_build_object('leaseId', p_lease, 'success', v_count > 0, 'renewed', v_count,
     'newExpiresAt', queen.iso(v_expires), 'expiresAt', queen.iso(v_expires),
     'lease_expires_at', queen.iso(v_expires));
+END $$;
+
+-- The common batch of pops in one pass (queen.pop_requests): every member
+-- names an existing partition of an existing queue without ttl, window
+-- buffer or delay, leases (no auto-ack) under a registered group, and no
+-- two members name one lane. Then each member's answer is the one
+-- queen.pop gives it alone, but the batch claims its lanes (FOR UPDATE
+-- SKIP LOCKED), reads their messages and leases them in three statements
+-- whatever its size. A lane claimed with nothing to give goes through
+-- queen.pop_lane (drained-lane and hole rules). NULL when the batch is not
+-- of that shape: the caller pops member by member.
+CREATE OR REPLACE FUNCTION queen.pop_named_batch(
+  p_queues text[], p_partitions text[], p_groups text[], p_batches integer[], p_partition_counts integer[],
+  p_lease_seconds integer[], p_auto_acks boolean[], p_key_id text)
+RETURNS text[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_n integer := cardinality(p_queues);
+  v_ok boolean;
+  v_answers text[];
+  r record;
+  q queen.queues;
+  v_pids uuid[] := '{}';
+  v_groups text[] := '{}';
+  v_leases uuid[] := '{}';
+  v_lsecs integer[] := '{}';
+  v_lasts bigint[] := '{}';
+BEGIN
+  IF v_n < 2 OR array_position(p_partitions, NULL) IS NOT NULL OR true = ANY (p_auto_acks)
+     OR EXISTS (SELECT 1 FROM unnest(p_batches, p_partition_counts, p_lease_seconds) u(b, pc, ls)
+                 WHERE b IS NULL OR b < 1 OR pc IS NULL OR pc < 1 OR ls < 1) THEN
+    RETURN NULL;
+  END IF;
+  -- Every member resolved, registered, of the plain queue shape, its key
+  -- this broker's, on a lane of its own; the pop switch on.
+  SELECT count(*) = v_n AND count(DISTINCT (e.pid, e.g)) = v_n
+         AND NOT EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused)
+    INTO v_ok
+    FROM (SELECT p.id AS pid, coalesce(nullif(u.grp, ''), '__QUEUE_MODE__') AS g
+            FROM unnest(p_queues, p_partitions, p_groups) u(queue, part, grp)
+            JOIN queen.queues q0 ON q0.name = u.queue
+            JOIN queen.partitions p ON p.queue_id = q0.id AND p.name = u.part
+           WHERE q0.ttl = 0 AND q0.window_buffer = 0 AND q0.delayed_processing = 0
+             AND (q0.encryption_key_id IS NULL OR q0.encryption_key_id = p_key_id)
+             AND EXISTS (SELECT 1 FROM queen.consumer_groups cg
+                          WHERE cg.queue_name = u.queue AND cg.name = coalesce(nullif(u.grp, ''), '__QUEUE_MODE__'))) e;
+  IF NOT v_ok THEN
+    RETURN NULL;
+  END IF;
+  -- A lease is soft state (see queen.pop): no member auto-acks or registers.
+  IF pg_current_xact_id_if_assigned() IS NULL THEN
+    PERFORM set_config('synchronous_commit', 'off', true);
+  END IF;
+
+  v_answers := array_fill(NULL::text, ARRAY[v_n]);
+  FOR r IN
+    WITH members AS (
+      SELECT u.ord, q0 AS qrow, q0.id AS qid, q0.name AS qname, q0.retry_delay, p.id AS pid, p.name AS pname,
+             coalesce(nullif(u.grp, ''), '__QUEUE_MODE__') AS g, u.batch,
+             coalesce(u.lsecs, q0.lease_time) AS lsecs, queen.lease_id_for(q0.id) AS lease
+        FROM unnest(p_queues, p_partitions, p_groups, p_batches, p_lease_seconds)
+             WITH ORDINALITY u(queue, part, grp, batch, lsecs, ord)
+        JOIN queen.queues q0 ON q0.name = u.queue
+        JOIN queen.partitions p ON p.queue_id = q0.id AND p.name = u.part
+    ), claimed AS (
+      SELECT m.*, c.next_seq, pt.next_seq AS head
+        FROM members m
+        JOIN queen.cursors c ON c.partition_id = m.pid AND c.consumer_group = m.g
+        JOIN queen.partitions pt ON pt.id = m.pid
+       WHERE (c.lease_expires_at IS NULL
+              OR c.lease_expires_at <= now() - make_interval(secs => m.retry_delay / 1000.0))
+         AND (c.retry_at IS NULL OR c.retry_at <= now())
+       ORDER BY m.pid, m.g
+         FOR UPDATE OF c SKIP LOCKED
+    )
+    SELECT cl.ord, cl.qrow, cl.qname, cl.pid, cl.pname, cl.g, cl.lease, cl.lsecs, cl.batch, b.batch AS msgs, b.n, b.last
+      FROM claimed cl
+      CROSS JOIN LATERAL queen.lane_messages(cl.qrow, cl.pid, cl.pname, cl.g, cl.next_seq, cl.batch, cl.lease) b
+  LOOP
+    IF r.n > 0 THEN
+      v_answers[r.ord] := queen.pop_answer(r.qname, r.pname, r.pid, r.lease, r.g, r.msgs, 1)::text;
+      v_pids := v_pids || r.pid;
+      v_groups := v_groups || r.g;
+      v_leases := v_leases || r.lease;
+      v_lsecs := v_lsecs || r.lsecs;
+      v_lasts := v_lasts || r.last;
+    ELSE
+      -- Nothing to give: the lane's own rules (its ready row, holes).
+      q := r.qrow;
+      PERFORM queen.pop_lane(q, r.pid, r.g, r.batch, r.lease, r.lsecs, false, false);
+    END IF;
+  END LOOP;
+  -- The leases of the lanes that gave messages, in one statement.
+  UPDATE queen.cursors c
+     SET lease_id = l.lease, lease_expires_at = now() + make_interval(secs => l.lsecs),
+         batch_end = l.last + 1, last_delivered_at = now()
+    FROM unnest(v_pids, v_groups, v_leases, v_lsecs, v_lasts) l(pid, g, lease, lsecs, last)
+   WHERE c.partition_id = l.pid AND c.consumer_group = l.g;
+  RETURN v_answers;
 END $$;

@@ -595,6 +595,13 @@ DECLARE
   v_flush text := current_setting('synchronous_commit');
   v_auto_acked boolean := false;
 BEGIN
+  -- The common shape (named lanes, leases, registered groups) in one pass.
+  v_answers := queen.pop_named_batch(p_queues, p_partitions, p_groups, p_batches, p_partition_counts,
+                                     p_lease_seconds, p_auto_acks, p_key_id);
+  IF v_answers IS NOT NULL THEN
+    RETURN v_answers;
+  END IF;
+  v_answers := '{}';
   FOR i IN 1 .. cardinality(p_queues) LOOP
     v_answers := v_answers || queen.pop_api(p_queues[i], p_partitions[i], p_groups[i], p_batches[i],
       p_partition_counts[i], p_lease_seconds[i], p_auto_acks[i], p_sub_modes[i], p_sub_froms[i], p_key_id)::text;
