@@ -56,11 +56,12 @@ pub struct BenchArgs {
     /// Workloads of the concurrency sweep, comma separated: push-1, push-10, push-100,
     /// push-1-rand1k, push-1-rand100k (1 message to a random one of 1,000 / 100,000 existing
     /// partitions), push-100-spread100, push-1000-spread1000 (100 / 1,000 messages over as many
-    /// distinct partitions of 1,000), pop-ack, pop-any, fanout, once-ack, kv-get, kv-put,
+    /// distinct partitions of 1,000), pop-ack, pop-any, pop10-rand1k (pop up to 10 of a random one of
+    /// 1,000 filled partitions, ack them in one batch), fanout, once-ack, kv-get, kv-put,
     /// kv-put-if-absent, kv-incr, kv-prefix, mixed; `none` for no sweep.
     #[arg(
         long,
-        default_value = "push-1,push-10,push-100,push-1-rand1k,push-1-rand100k,push-100-spread100,push-1000-spread1000,pop-ack,fanout,once-ack,kv-get,kv-put,kv-put-if-absent,kv-incr,kv-prefix,mixed"
+        default_value = "push-1,push-10,push-100,push-1-rand1k,push-1-rand100k,push-100-spread100,push-1000-spread1000,pop-ack,pop10-rand1k,fanout,once-ack,kv-get,kv-put,kv-put-if-absent,kv-incr,kv-prefix,mixed"
     )]
     workloads: String,
     /// Concurrent clients of the sweep, comma separated.
@@ -683,7 +684,7 @@ impl Run<'_> {
             _ => 0,
         };
         let blob = Arc::new(workload::blob(size));
-        w.prepare(&self.db, clients, &blob).await?;
+        w.prepare(&self.db, clients, &blob, self.args.seconds).await?;
         let base = &self.broker.base;
         let before = batch_sizes(base).await;
         let ours =
@@ -695,11 +696,11 @@ impl Run<'_> {
             None => Length::Seconds(self.args.seconds),
         };
 
-        w.prepare(&self.db, clients, &blob).await?;
+        w.prepare(&self.db, clients, &blob, self.args.seconds).await?;
         let (pg, pgbench_failed, pg_clients) =
             self.pgbench_side(w, clients, "twin", w.twin(&blob), length).await?;
 
-        w.prepare(&self.db, clients, &blob).await?;
+        w.prepare(&self.db, clients, &blob, self.args.seconds).await?;
         w.prepare_plain(&self.db, clients).await?;
         let (plain, plain_failed, plain_clients) =
             self.pgbench_side(w, clients, "plain", w.plain(&blob), length).await?;

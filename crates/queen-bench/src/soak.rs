@@ -406,8 +406,8 @@ pub async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
     let pid = broker.child.id();
     let db = super::connect(url).await?;
     // The backlog of one partition per worker and the 10,000 KV keys of kv get.
-    Workload::PopAck.prepare(&db, SOAK_WORKERS, "").await?;
-    Workload::KvGet { size: 0 }.prepare(&db, SOAK_WORKERS, "").await?;
+    Workload::PopAck.prepare(&db, SOAK_WORKERS, "", args.soak_seconds).await?;
+    Workload::KvGet { size: 0 }.prepare(&db, SOAK_WORKERS, "", args.soak_seconds).await?;
     let settings = super::server_settings(&db).await?;
 
     let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs();

@@ -18,6 +18,10 @@ pub enum Workload {
     /// Pop one message from anywhere in a queue of `partitions` lanes (the
     /// broker picks the lane), then ack it.
     PopAny { partitions: u32 },
+    /// Pop up to `batch` messages of a random named partition of a filled
+    /// queue of `partitions` (queue mode, no group), then ack what came in
+    /// one `POST /api/v1/ack/batch`: what real clients do (pop10-rand1k).
+    PopRand { batch: u32, partitions: u32 },
     /// A consumer of group `client % groups` pops up to 10 messages from a
     /// queue that every group reads in full, then acks them in one batch.
     Fanout { groups: u32 },
@@ -78,6 +82,13 @@ const CREATE_QUEUE: &str = "bench-create";
 const POP_QUEUE: &str = "bench-pop";
 /// Messages per partition of the pop-ack backlog, per client.
 const POP_BACKLOG_PER_CLIENT: u32 = 3000;
+/// Queue of the random pops (pop10-rand1k): partitions p0..p<P-1>, filled.
+const POP_RAND_QUEUE: &str = "bench-rand";
+/// Pops per second the random pops' backlog is sized for: above what plain
+/// SQL did on these 2 cores (6.0k/s at 16 connections, issue 35), so no side
+/// drains a lane in a run of --seconds (a drained lane would make its pops
+/// empty, and cheap).
+const POP_RAND_CEILING: f64 = 8000.0;
 
 /// 1000 -> "1k", 1000000 -> "1m", 4096 -> "4k" (sizes in binary for bytes).
 pub fn short(n: u32) -> String {
@@ -99,6 +110,7 @@ impl Workload {
             "push-100" => vec![Workload::Push { batch: 100, groups: 0 }],
             "pop-ack" => vec![Workload::PopAck],
             "pop-any" => vec![Workload::PopAny { partitions: 1000 }],
+            "pop10-rand1k" => vec![Workload::PopRand { batch: 10, partitions: 1000 }],
             "fanout" => vec![Workload::Fanout { groups: 10 }],
             "once-ack" => vec![Workload::OnceAck],
             "kv-get" => vec![Workload::KvGet { size: 0 }],
@@ -113,7 +125,7 @@ impl Workload {
             "push-1000-spread1000" => vec![Workload::PushSpread { batch: 1000, partitions: 1000 }],
             other => bail!(
                 "unknown workload {other} (push-1, push-10, push-100, push-1-rand1k, push-1-rand100k, \
-                 push-100-spread100, push-1000-spread1000, pop-ack, pop-any, fanout, once-ack, kv-get, kv-put, \
+                 push-100-spread100, push-1000-spread1000, pop-ack, pop-any, pop10-rand1k, fanout, once-ack, kv-get, kv-put, \
                  kv-put-if-absent, kv-incr, kv-prefix, mixed, none)"
             ),
         })
@@ -125,6 +137,7 @@ impl Workload {
             Workload::Push { batch, groups } => format!("push-{batch}, {groups} groups"),
             Workload::PopAck => "pop-ack".into(),
             Workload::PopAny { partitions } => format!("pop-any, {} partitions", short(partitions)),
+            Workload::PopRand { batch, partitions } => format!("pop{batch}-rand{}", short(partitions)),
             Workload::Fanout { groups } => format!("fanout-{groups}"),
             Workload::OnceAck => "once-ack".into(),
             Workload::KvGet { size: 0 } => "kv-get".into(),
@@ -157,6 +170,7 @@ impl Workload {
             Workload::Push { .. } => "push",
             Workload::PopAck => "pop-ack",
             Workload::PopAny { .. } => "pop-any",
+            Workload::PopRand { batch, .. } => return format!("pop{batch}-rand"),
             Workload::Fanout { .. } => "fanout",
             Workload::OnceAck => "once-ack",
             Workload::KvGet { .. } => "kv-get",
@@ -174,7 +188,8 @@ impl Workload {
         match self {
             Workload::Push { batch, .. }
             | Workload::PushSpread { batch, .. }
-            | Workload::PushCurve { batch, .. } => batch,
+            | Workload::PushCurve { batch, .. }
+            | Workload::PopRand { batch, .. } => batch,
             Workload::Fanout { .. } => 10,
             Workload::KvPrefix { .. } => 100,
             _ => 1,
@@ -187,6 +202,7 @@ impl Workload {
             self,
             Workload::PopAck
                 | Workload::PopAny { .. }
+                | Workload::PopRand { .. }
                 | Workload::Fanout { .. }
                 | Workload::OnceAck
                 | Workload::Mixed
@@ -202,6 +218,7 @@ impl Workload {
             Workload::Push { .. } => "push-100.sql",
             Workload::PopAck => "pop-ack.sql",
             Workload::PopAny { .. } => "pop-any.sql",
+            Workload::PopRand { .. } => "pop-rand.sql",
             Workload::Fanout { .. } => "fanout.sql",
             Workload::OnceAck => "once-ack.sql",
             Workload::KvGet { size: 0 } => "kv-get.sql",
@@ -225,9 +242,9 @@ impl Workload {
             Workload::KvPrefix { keys } => {
                 vec![("ns".into(), format!("p{}", short(keys))), ("n".into(), keys.to_string())]
             }
-            Workload::PushSpread { batch, partitions } | Workload::PushCurve { batch, partitions } => {
-                spread_defines(batch, partitions)
-            }
+            Workload::PushSpread { batch, partitions }
+            | Workload::PushCurve { batch, partitions }
+            | Workload::PopRand { batch, partitions } => spread_defines(batch, partitions),
             _ => vec![],
         };
         Twin { files: vec![(file, 1)], defines }
@@ -244,6 +261,9 @@ impl Workload {
             Workload::Push { batch, .. } => ("plain/push.sql", vec![("batch".into(), batch.to_string())]),
             Workload::PopAck => ("plain/pop-ack.sql", vec![]),
             Workload::PopAny { .. } => ("plain/pop-any.sql", vec![]),
+            Workload::PopRand { batch, partitions } => {
+                ("plain/pop-rand.sql", spread_defines(batch, partitions))
+            }
             Workload::Fanout { groups } => ("plain/fanout.sql", vec![("groups".into(), groups.to_string())]),
             Workload::OnceAck => ("plain/once-ack.sql", vec![]),
             Workload::KvGet { size: 0 } => ("plain/kv-get.sql", kv("bench", 10_000)),
@@ -322,13 +342,22 @@ impl Workload {
 
     /// Brings the database to the state the op expects. Queue tables are
     /// emptied first for the workloads that consume, so both sides of a row
-    /// start from the same backlog; KV rows persist across points.
+    /// start from the same backlog; KV rows persist across points. `seconds`
+    /// is how long a side runs (the random pops' backlog is sized for it).
     pub async fn prepare(
         self,
         db: &tokio_postgres::Client,
         clients: usize,
         blob: &str,
+        seconds: u64,
     ) -> anyhow::Result<()> {
+        if let Workload::PopRand { batch, partitions } = self {
+            // Not emptied: its backlog (millions of messages at 100k
+            // partitions) is kept if it has the size asked for, and only its
+            // consumer's position is set back (see pop_rand_queue).
+            let per = pop_rand_per_lane(batch, partitions, seconds);
+            return pop_rand_queue(db, POP_RAND_QUEUE, partitions, per).await;
+        }
         if self.consumes()
             || matches!(
                 self,
@@ -469,9 +498,17 @@ impl Workload {
                 );
                 http.post("/api/v1/push", format!(r#"{{"items":[{item}]}}"#)).await?
             }
-            Workload::PopAck | Workload::OnceAck | Workload::PopAny { .. } | Workload::Fanout { .. } => {
+            Workload::PopAck
+            | Workload::OnceAck
+            | Workload::PopAny { .. }
+            | Workload::PopRand { .. }
+            | Workload::Fanout { .. } => {
                 let url = match self {
                     Workload::PopAny { .. } => "/api/v1/pop/queue/bench-any?batch=1&wait=false".to_owned(),
+                    Workload::PopRand { batch, partitions } => format!(
+                        "/api/v1/pop/queue/{POP_RAND_QUEUE}/partition/p{}?batch={batch}&wait=false",
+                        rng.next() % u64::from(partitions.max(1))
+                    ),
                     Workload::Fanout { groups } => format!(
                         "/api/v1/pop/queue/bench-fan?batch=10&wait=false&consumerGroup=g{}",
                         client_id % groups.max(1) as usize
@@ -491,6 +528,11 @@ impl Workload {
                     Workload::Fanout { .. } => {
                         let body =
                             serde_json::json!({"acknowledgments": acks, "consumerGroup": v["consumerGroup"]});
+                        http.post("/api/v1/ack/batch", body.to_string()).await?
+                    }
+                    // Queue mode: no group named, as a queue-mode client acks.
+                    Workload::PopRand { .. } => {
+                        let body = serde_json::json!({ "acknowledgments": acks });
                         http.post("/api/v1/ack/batch", body.to_string()).await?
                     }
                     Workload::OnceAck => {
@@ -631,6 +673,82 @@ async fn backlog(db: &tokio_postgres::Client, queue: &str, partitions: u32, per:
          ANALYZE queen.partitions; ANALYZE queen.messages;"
     );
     exec(db, &sql).await
+}
+
+/// Messages per lane of the random pops' queue: a side of `seconds` at up to
+/// [`POP_RAND_CEILING`] pops of `batch` per second over `partitions` lanes
+/// pops a lane λ times on average (Poisson); each lane holds λ + 3√λ + 1
+/// pops' worth, so that hardly any lane runs dry (at 100k partitions and
+/// 5 s, 4 pops, about 25 lanes of 100,000 that a fifth pop finds empty at
+/// the ceiling). At least 2 pops' worth.
+fn pop_rand_per_lane(batch: u32, partitions: u32, seconds: u64) -> u32 {
+    let lambda = POP_RAND_CEILING * seconds.max(1) as f64 / f64::from(partitions.max(1));
+    let pops = (lambda + 3.0 * lambda.sqrt() + 1.0).ceil().max(2.0);
+    pops as u32 * batch.max(1)
+}
+
+/// The random pops' queue: `partitions` lanes p0.. of `per` messages each
+/// and the queue-mode group's cursors at 0, each with its ready lane, as a
+/// fresh queue would be after its pushes and the group's registration.
+///
+/// The messages are written once per size: pops and acks never change a
+/// message row (they move cursors), so when the queue already has exactly
+/// this shape, the next side keeps them and only the group is made anew
+/// (cursors, ready lanes, the group row: deleted and registered again).
+/// Either way the cursor and ready-lane tables are then rewritten
+/// (`VACUUM FULL`), so every side, the first included, starts on the same
+/// compact tables with no dead rows of the side before; the messages were
+/// vacuumed when written (hint bits set, so no side pays for setting them
+/// on its first reads).
+async fn pop_rand_queue(
+    db: &tokio_postgres::Client,
+    queue: &str,
+    partitions: u32,
+    per: u32,
+) -> anyhow::Result<()> {
+    let row = db
+        .query_one(
+            "SELECT count(*), coalesce(min(p.next_seq), -1), coalesce(max(p.next_seq), -1),
+                    (SELECT count(*) FROM queen.queues)
+               FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1",
+            &[&queue],
+        )
+        .await?;
+    let (lanes, lo, hi, queues): (i64, i64, i64, i64) =
+        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?, row.try_get(3)?);
+    let kept = lanes == i64::from(partitions) && lo == i64::from(per) && hi == i64::from(per) && queues == 1;
+    if !kept {
+        exec(
+            db,
+            "TRUNCATE queen.messages, queen.cursors, queen.partitions, queen.queues, queen.ready_lanes,
+                      queen.consumer_groups, queen.dead_letters CASCADE",
+        )
+        .await?;
+        backlog(db, queue, partitions, per).await?;
+        exec(db, "VACUUM ANALYZE queen.messages").await?;
+    }
+    exec(
+        db,
+        &format!(
+            "DELETE FROM queen.cursors c USING queen.queues q WHERE c.queue_id = q.id AND q.name = '{queue}';
+             DELETE FROM queen.ready_lanes r USING queen.queues q WHERE r.queue_id = q.id AND q.name = '{queue}';
+             DELETE FROM queen.consumer_groups WHERE queue_name = '{queue}';
+             TRUNCATE queen.dead_letters;
+             SELECT queen.register_group('{queue}', '__QUEUE_MODE__', NULL, NULL);"
+        ),
+    )
+    .await?;
+    // One statement each: VACUUM cannot run inside the implicit transaction
+    // of a multi-statement query.
+    for sql in [
+        "VACUUM FULL queen.cursors",
+        "VACUUM FULL queen.ready_lanes",
+        "ANALYZE queen.cursors",
+        "ANALYZE queen.ready_lanes",
+    ] {
+        exec(db, sql).await?;
+    }
+    Ok(())
 }
 
 /// `-D` variables of the spread scripts: items per request and partitions.
