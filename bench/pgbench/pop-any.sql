@@ -1,11 +1,13 @@
--- pop one message from anywhere in a queue of many partitions (the broker
--- picks the lane), then ack it: the SQL twin of
--- GET /api/v1/pop/queue/bench-any?batch=1 + POST /api/v1/ack. A pop that
--- finds nothing free (more clients than free lanes) acks nothing (pgbench
--- hands a NULL from \gset on as an empty string).
-SELECT r::jsonb -> 'messages' -> 0 ->> 'transactionId' AS tx, r::jsonb ->> 'partitionId' AS pid,
-       r::jsonb ->> 'leaseId' AS lease
-  FROM queen.pop('bench-any', NULL, NULL, 1, 1, NULL, false, NULL, NULL) r \gset
-SELECT queen.ack_rows(ARRAY[:tx::text], ARRAY[nullif(:pid::text, '')::uuid], ARRAY['completed'],
-                      ARRAY[NULL::text], ARRAY[:lease::text], ARRAY['__QUEUE_MODE__'])::text
- WHERE nullif(:tx::text, '') IS NOT NULL;
+-- pop up to :batch messages from anywhere in queue :queue (the broker picks
+-- the lane; queue mode), then ack all it got in one call: the SQL twin of
+-- GET /api/v1/pop/queue/<queue>?batch=<b> + POST /api/v1/ack (batch 1:
+-- pop-any, queue bench-any) or /api/v1/ack/batch (the pop-sweep series,
+-- queue bench-rand); statements/ack.sql: typed arrays, one element per
+-- acknowledgment. Run with -D batch=<b> -D queue=<name>. A pop that finds
+-- nothing free (more clients than free lanes) acks nothing.
+SELECT r::text AS popped FROM queen.pop(:queue, NULL, NULL, :batch, 1, NULL, false, NULL, NULL) r \gset
+SELECT queen.ack_rows(array_agg(m ->> 'transactionId'), array_agg((m ->> 'partitionId')::uuid),
+                      array_agg('completed'::text), array_agg(NULL::text), array_agg(m ->> 'leaseId'),
+                      array_agg('__QUEUE_MODE__'::text))::text
+  FROM json_array_elements(nullif(:popped::text, '')::json -> 'messages') m
+HAVING count(*) > 0;

@@ -71,11 +71,12 @@ pub struct BenchArgs {
     #[arg(long)]
     scaling: bool,
     /// Scaling series, comma separated: prefix (getPrefix page vs namespace size), pop (pop vs
-    /// partitions), push-groups (push vs consumer groups), kv-value (KV vs value size),
+    /// partitions), pop-sweep (pop of up to 10 + ack, a random named partition and queue-wide,
+    /// at 1k / 10k / 100k partitions), push-groups (push vs consumer groups), kv-value (KV vs value size),
     /// push-create (a push that creates a partition, at 1k / 10k / 100k partitions, without and
     /// with a consumer group; one client), push-curve (one push of N items over P partitions,
     /// N in 100, 1600, 10000 and P in 1, 100, 1000, N; one client).
-    #[arg(long, default_value = "prefix,pop,push-groups,kv-value,push-create,push-curve")]
+    #[arg(long, default_value = "prefix,pop,pop-sweep,push-groups,kv-value,push-create,push-curve")]
     scaling_series: String,
     /// Concurrent clients of each scaling point, comma separated.
     #[arg(long, default_value = "1,16")]
@@ -174,7 +175,28 @@ fn series(key: &str) -> anyhow::Result<Series> {
             title: "pop (any partition) + ack vs partitions of the queue",
             unit: "partitions",
             latency: true,
-            points: [10, 10_000, 100_000].map(|p| (Workload::PopAny { partitions: p }, p)).to_vec(),
+            points: [10, 10_000, 100_000].map(|p| (Workload::PopAny { batch: 1, partitions: p }, p)).to_vec(),
+            clients: None,
+            max_ops: None,
+        },
+        // The issue 35 sweep: a consumer's pop of up to 10 + ack, naming a
+        // random partition and queue-wide, as the queue grows; a point of
+        // each kind per size, so both read the one backlog of that size
+        // (written once, the group made anew before each side).
+        "pop-sweep" => Series {
+            key: "pop-sweep",
+            title: "pop of up to 10 + ack (a random named partition; queue-wide) vs partitions of the queue",
+            unit: "partitions",
+            latency: true,
+            points: [1000, 10_000, 100_000]
+                .into_iter()
+                .flat_map(|p| {
+                    [
+                        (Workload::PopRand { batch: 10, partitions: p }, p),
+                        (Workload::PopAny { batch: 10, partitions: p }, p),
+                    ]
+                })
+                .collect(),
             clients: None,
             max_ops: None,
         },
@@ -239,7 +261,7 @@ fn series(key: &str) -> anyhow::Result<Series> {
             max_ops: None,
         },
         other => bail!(
-            "unknown scaling series {other} (prefix, pop, push-groups, kv-value, push-create, push-curve)"
+            "unknown scaling series {other} (prefix, pop, pop-sweep, push-groups, kv-value, push-create, push-curve)"
         ),
     })
 }
@@ -903,6 +925,9 @@ async fn run_all(
         }
         if let Some(grid) = report::curve_grid(&report.points, s.key) {
             bar.suspend(|| println!("\n{grid}"));
+        }
+        if let Some(growth) = report::size_growth(&report.points, s.key) {
+            bar.suspend(|| println!("\n{growth}"));
         }
         report.series.push(report::SeriesInfo {
             key: s.key.into(),

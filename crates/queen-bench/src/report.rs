@@ -276,6 +276,65 @@ pub fn curve_grid(points: &[Point], series: &str) -> Option<String> {
     Some(md)
 }
 
+/// The pop-sweep series in one table: a row per kind of pop and client
+/// count, ops/s and ours/plain at each size, and the time per op at the
+/// largest size over the smallest (100k against 1k partitions), from the
+/// p50 and from the throughput (1 / ops/s), ours and plain. `None` for
+/// other series.
+pub fn size_growth(points: &[Point], series: &str) -> Option<String> {
+    if series != "pop-sweep" {
+        return None;
+    }
+    let pts: Vec<&Point> = points.iter().filter(|p| p.series == series).collect();
+    let mut sizes: Vec<u32> = pts.iter().filter_map(|p| p.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let (first, last) = (*sizes.first()?, *sizes.last()?);
+    let mut lines: Vec<(String, usize)> = Vec::new();
+    for p in &pts {
+        if !lines.contains(&(p.kind.clone(), p.clients)) {
+            lines.push((p.kind.clone(), p.clients));
+        }
+    }
+    let names: Vec<String> = sizes.iter().map(|&n| super::workload::short(n)).collect();
+    let mut md = format!(
+        "Pop + ack vs partitions: ops/s and ours/plain at {sizes}; time per op at {big} over {small}, \
+         from p50 and from 1 / ops/s\n\n\
+         | pop | clients | ours ops/s | plain tx/s | ours/plain | ours {big}/{small}, p50 | ours {big}/{small}, 1/ops | plain {big}/{small}, p50 | plain {big}/{small}, 1/ops |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        sizes = names.join(" / "),
+        big = super::workload::short(last),
+        small = super::workload::short(first),
+    );
+    for (kind, clients) in lines {
+        let at = |n: u32| pts.iter().find(|p| p.kind == kind && p.clients == clients && p.size == Some(n));
+        let join = |f: &dyn Fn(&Point) -> String| {
+            sizes
+                .iter()
+                .map(|&n| at(n).map_or_else(|| "-".to_owned(), |p| f(p)))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) if b > 0.0 => times(Some(a / b)),
+            _ => "n/a".to_owned(),
+        };
+        let (small, big) = (at(first), at(last));
+        let get = |p: Option<&&Point>, f: fn(&Point) -> Option<f64>| p.and_then(|p| f(p));
+        md.push_str(&format!(
+            "| {kind} | {clients} | {} | {} | {} | {} | {} | {} | {} |\n",
+            join(&|p| format!("{:.0}{}", p.ours_ops, notes(p))),
+            join(&|p| opt(p.plain_ops, 0)),
+            join(&|p| opt(p.ratio_plain, 2)),
+            ratio(get(big, |p| Some(p.ours_p50_ms)), get(small, |p| Some(p.ours_p50_ms))),
+            ratio(get(small, |p| Some(p.ours_ops)), get(big, |p| Some(p.ours_ops))),
+            ratio(get(big, |p| p.plain_p50_ms), get(small, |p| p.plain_p50_ms)),
+            ratio(get(small, |p| p.plain_ops), get(big, |p| p.plain_ops)),
+        ));
+    }
+    Some(md)
+}
+
 fn times(v: Option<f64>) -> String {
     v.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "n/a".into())
 }
@@ -327,6 +386,10 @@ impl Report {
             if let Some(grid) = curve_grid(&self.points, &s.key) {
                 md.push('\n');
                 md.push_str(&grid);
+            }
+            if let Some(growth) = size_growth(&self.points, &s.key) {
+                md.push('\n');
+                md.push_str(&growth);
             }
         }
         md

@@ -15,9 +15,12 @@ pub enum Workload {
     Push { batch: u32, groups: u32 },
     /// Pop one message of the client's own partition, then ack it.
     PopAck,
-    /// Pop one message from anywhere in a queue of `partitions` lanes (the
-    /// broker picks the lane), then ack it.
-    PopAny { partitions: u32 },
+    /// Pop up to `batch` messages from anywhere in a queue of `partitions`
+    /// lanes (the broker picks the lane, queue mode), then ack them. Batch 1
+    /// (pop-any, the pop series) has a queue of its own with a small
+    /// backlog; a larger batch (the pop-sweep series) pops the queue of
+    /// [`Workload::PopRand`] at the same size.
+    PopAny { batch: u32, partitions: u32 },
     /// Pop up to `batch` messages of a random named partition of a filled
     /// queue of `partitions` (queue mode, no group), then ack what came in
     /// one `POST /api/v1/ack/batch`: what real clients do (pop10-rand1k).
@@ -109,7 +112,7 @@ impl Workload {
             "push-10" => vec![Workload::Push { batch: 10, groups: 0 }],
             "push-100" => vec![Workload::Push { batch: 100, groups: 0 }],
             "pop-ack" => vec![Workload::PopAck],
-            "pop-any" => vec![Workload::PopAny { partitions: 1000 }],
+            "pop-any" => vec![Workload::PopAny { batch: 1, partitions: 1000 }],
             "pop10-rand1k" => vec![Workload::PopRand { batch: 10, partitions: 1000 }],
             "fanout" => vec![Workload::Fanout { groups: 10 }],
             "once-ack" => vec![Workload::OnceAck],
@@ -136,7 +139,8 @@ impl Workload {
             Workload::Push { batch, groups: 0 } => format!("push-{batch}"),
             Workload::Push { batch, groups } => format!("push-{batch}, {groups} groups"),
             Workload::PopAck => "pop-ack".into(),
-            Workload::PopAny { partitions } => format!("pop-any, {} partitions", short(partitions)),
+            Workload::PopAny { batch: 1, partitions } => format!("pop-any, {} partitions", short(partitions)),
+            Workload::PopAny { batch, partitions } => format!("pop{batch}-any{}", short(partitions)),
             Workload::PopRand { batch, partitions } => format!("pop{batch}-rand{}", short(partitions)),
             Workload::Fanout { groups } => format!("fanout-{groups}"),
             Workload::OnceAck => "once-ack".into(),
@@ -169,7 +173,8 @@ impl Workload {
             Workload::PushSpread { .. } => "push-spread",
             Workload::Push { .. } => "push",
             Workload::PopAck => "pop-ack",
-            Workload::PopAny { .. } => "pop-any",
+            Workload::PopAny { batch: 1, .. } => "pop-any",
+            Workload::PopAny { batch, .. } => return format!("pop{batch}-any"),
             Workload::PopRand { batch, .. } => return format!("pop{batch}-rand"),
             Workload::Fanout { .. } => "fanout",
             Workload::OnceAck => "once-ack",
@@ -189,7 +194,8 @@ impl Workload {
             Workload::Push { batch, .. }
             | Workload::PushSpread { batch, .. }
             | Workload::PushCurve { batch, .. }
-            | Workload::PopRand { batch, .. } => batch,
+            | Workload::PopRand { batch, .. }
+            | Workload::PopAny { batch, .. } => batch,
             Workload::Fanout { .. } => 10,
             Workload::KvPrefix { .. } => 100,
             _ => 1,
@@ -245,6 +251,7 @@ impl Workload {
             Workload::PushSpread { batch, partitions }
             | Workload::PushCurve { batch, partitions }
             | Workload::PopRand { batch, partitions } => spread_defines(batch, partitions),
+            Workload::PopAny { batch, .. } => pop_any_defines(batch),
             _ => vec![],
         };
         Twin { files: vec![(file, 1)], defines }
@@ -260,7 +267,7 @@ impl Workload {
         let (file, defines) = match self {
             Workload::Push { batch, .. } => ("plain/push.sql", vec![("batch".into(), batch.to_string())]),
             Workload::PopAck => ("plain/pop-ack.sql", vec![]),
-            Workload::PopAny { .. } => ("plain/pop-any.sql", vec![]),
+            Workload::PopAny { batch, .. } => ("plain/pop-any.sql", pop_any_defines(batch)),
             Workload::PopRand { batch, partitions } => {
                 ("plain/pop-rand.sql", spread_defines(batch, partitions))
             }
@@ -351,10 +358,16 @@ impl Workload {
         blob: &str,
         seconds: u64,
     ) -> anyhow::Result<()> {
-        if let Workload::PopRand { batch, partitions } = self {
+        if let Workload::PopRand { batch, partitions } | Workload::PopAny { batch: batch @ 2.., partitions } =
+            self
+        {
             // Not emptied: its backlog (millions of messages at 100k
             // partitions) is kept if it has the size asked for, and only its
-            // consumer's position is set back (see pop_rand_queue).
+            // consumer's position is set back (see pop_rand_queue). The
+            // queue-wide pops of the pop-sweep series share it: sized for
+            // random pops, which need more per lane (some lanes are drawn
+            // more often than others), so a named and a queue-wide point
+            // of one size use the same messages.
             let per = pop_rand_per_lane(batch, partitions, seconds);
             return pop_rand_queue(db, POP_RAND_QUEUE, partitions, per).await;
         }
@@ -383,7 +396,7 @@ impl Workload {
                 let per = POP_BACKLOG_PER_CLIENT.max(30_000 / clients.max(1) as u32);
                 backlog(db, POP_QUEUE, clients as u32, per).await?;
             }
-            Workload::PopAny { partitions } => {
+            Workload::PopAny { partitions, .. } => {
                 backlog(db, "bench-any", partitions, (40_000 / partitions).max(2)).await?;
                 exec(db, "SELECT queen.register_group('bench-any', '__QUEUE_MODE__', NULL, NULL)").await?;
                 exec(db, "ANALYZE queen.cursors; ANALYZE queen.ready_lanes").await?;
@@ -504,7 +517,9 @@ impl Workload {
             | Workload::PopRand { .. }
             | Workload::Fanout { .. } => {
                 let url = match self {
-                    Workload::PopAny { .. } => "/api/v1/pop/queue/bench-any?batch=1&wait=false".to_owned(),
+                    Workload::PopAny { batch, .. } => {
+                        format!("/api/v1/pop/queue/{}?batch={batch}&wait=false", pop_any_queue(batch))
+                    }
                     Workload::PopRand { batch, partitions } => format!(
                         "/api/v1/pop/queue/{POP_RAND_QUEUE}/partition/p{}?batch={batch}&wait=false",
                         rng.next() % u64::from(partitions.max(1))
@@ -531,7 +546,7 @@ impl Workload {
                         http.post("/api/v1/ack/batch", body.to_string()).await?
                     }
                     // Queue mode: no group named, as a queue-mode client acks.
-                    Workload::PopRand { .. } => {
+                    Workload::PopRand { .. } | Workload::PopAny { batch: 2.., .. } => {
                         let body = serde_json::json!({ "acknowledgments": acks });
                         http.post("/api/v1/ack/batch", body.to_string()).await?
                     }
@@ -749,6 +764,20 @@ async fn pop_rand_queue(
         exec(db, sql).await?;
     }
     Ok(())
+}
+
+/// The queue a queue-wide pop of `batch` reads (see [`Workload::PopAny`]).
+fn pop_any_queue(batch: u32) -> &'static str {
+    if batch > 1 {
+        POP_RAND_QUEUE
+    } else {
+        "bench-any"
+    }
+}
+
+/// `-D` variables of the queue-wide pop scripts: the batch and the queue.
+fn pop_any_defines(batch: u32) -> Vec<(String, String)> {
+    vec![("batch".into(), batch.to_string()), ("queue".into(), pop_any_queue(batch).into())]
 }
 
 /// `-D` variables of the spread scripts: items per request and partitions.
