@@ -200,10 +200,11 @@ BEGIN
 END $$;
 
 -- A pop's answer. The one writer of this body (queen.pop, queen.pop_named_batch).
+-- STABLE as json_build_object is, so that it is inlined.
 CREATE OR REPLACE FUNCTION queen.pop_answer(
   p_queue text, p_partition text, p_pid uuid, p_lease uuid, p_group text, p_msgs json[], p_claimed integer)
 RETURNS json
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
   SELECT json_build_object('success', true, 'queue', p_queue, 'partition', p_partition,
     'partitionId', p_pid, 'leaseId', coalesce(p_lease::text, ''), 'consumerGroup', p_group,
     'messages', array_to_json(p_msgs), 'partitionsClaimed', p_claimed)

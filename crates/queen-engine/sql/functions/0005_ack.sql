@@ -16,9 +16,13 @@ DROP FUNCTION IF EXISTS queen.ack(json, text, text, text);
 -- in this order: clients re-ack with the lease the message was delivered
 -- under, which is gone once the cursor moved past it. seqs: each item's
 -- offset (NULL when unresolvable).
+-- A set-returning SQL function of one SELECT, so that it is inlined into
+-- the caller's statement and planned once with it (a SQL function that is
+-- not inlined is planned again at every call).
+DROP FUNCTION IF EXISTS queen.ack_verdicts(text[], uuid[], text[], text[], text[], text);
 CREATE OR REPLACE FUNCTION queen.ack_verdicts(
-  p_txids text[], p_pids uuid[], p_statuses text[], p_leases text[], p_groups text[], p_lent_lease text,
-  OUT verdicts text[], OUT seqs bigint[])
+  p_txids text[], p_pids uuid[], p_statuses text[], p_leases text[], p_groups text[], p_lent_lease text)
+RETURNS TABLE (verdicts text[], seqs bigint[])
 LANGUAGE sql STABLE AS $$
   SELECT array_agg(v.verdict ORDER BY v.ord), array_agg(v.seq ORDER BY v.ord)
     FROM (SELECT u.ord, m.seq,
@@ -41,24 +45,30 @@ $$;
 -- refuses, a noop included), NULL when every verdict is ok. It names the
 -- first cursor, in lock order, with a refused item. The one writer of this
 -- answer: ack_rows raises it, transaction_requests answers it.
+-- PL/pgSQL: its query is planned once per session (a SQL function with a
+-- FROM cannot be inlined as an expression, and would be planned per call).
+DROP FUNCTION IF EXISTS queen.ack_refusal(text, uuid[], text[], text[]);
 CREATE OR REPLACE FUNCTION queen.ack_refusal(p_tx_id text, p_pids uuid[], p_groups text[], p_verdicts text[])
 RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
-  SELECT json_build_object('transactionId', p_tx_id, 'success', false, 'reason', 'rejected_ack', 'results', '[]'::json,
-           'error', 'QTXN ' || count(*) || ' acked message(s) on partition ' || u.pid
-             || ' are not leased by this worker or were already acked; the transaction rolled back')::text
-    FROM unnest(p_pids, p_groups, p_verdicts) u(pid, grp, verdict)
-   WHERE u.verdict <> 'ok'
-   GROUP BY u.pid, u.grp
-   ORDER BY u.pid, u.grp
-   LIMIT 1
-$$;
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN (SELECT json_build_object('transactionId', p_tx_id, 'success', false, 'reason', 'rejected_ack',
+                   'results', '[]'::json,
+                   'error', 'QTXN ' || count(*) || ' acked message(s) on partition ' || u.pid
+                     || ' are not leased by this worker or were already acked; the transaction rolled back')::text
+            FROM unnest(p_pids, p_groups, p_verdicts) u(pid, grp, verdict)
+           WHERE u.verdict <> 'ok'
+           GROUP BY u.pid, u.grp
+           ORDER BY u.pid, u.grp
+           LIMIT 1);
+END $$;
 
 -- One item's answer (p_index from 0). The one writer of the ack element.
+-- STABLE as json_build_object is, so that it is inlined.
 CREATE OR REPLACE FUNCTION queen.ack_answer(
   p_index integer, p_txid text, p_verdict text, p_released boolean, p_dlq boolean)
 RETURNS json
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
   SELECT json_build_object('index', p_index, 'transactionId', p_txid,
     'success', p_verdict IN ('ok', 'noop'),
     'error', CASE p_verdict

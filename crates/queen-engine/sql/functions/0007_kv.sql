@@ -85,7 +85,10 @@ BEGIN
   IF p_expect IS NULL THEN
     RETURN NULL;
   END IF;
-  k := queen.kv_live(p_ns, p_key);
+  -- kv_live's query, here so that it is planned once (a SQL function
+  -- returning a row is planned again at every call).
+  SELECT * INTO k FROM queen.kv t
+   WHERE t.ns = p_ns AND t.key = p_key AND (t.expires_at IS NULL OR t.expires_at > now());
   IF p_expect = 0 THEN
     RETURN CASE WHEN k.version IS NOT NULL THEN queen.kv_refused(p_key, 'exists', k) END;
   END IF;
@@ -98,7 +101,7 @@ END $$;
 -- r: the op's answer (queen.kv_refused). The one writer of this body.
 CREATE OR REPLACE FUNCTION queen.kv_precondition_refusal(p_tx_id text, p_index bigint, p_key text, r jsonb)
 RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
   SELECT (CASE WHEN p_tx_id IS NOT NULL THEN jsonb_build_object('transactionId', p_tx_id, 'success', false,
                  'error', 'kv precondition lost at index ' || p_index || ' (' || (r ->> 'reason')
                           || '); the transaction rolled back',
