@@ -1,12 +1,15 @@
 //! `queen bench --e2e`: producers and consumers at the same time for a
-//! fixed duration, Queen's published shape: `--e2e-producers` connections
-//! (4) each pushing `--e2e-batch` (100) messages of 256 bytes per request,
-//! `--e2e-consumers` connections (12) each popping up to 1,000 messages of
-//! one consumer group queue-wide and acking them in one batch. Reported:
-//! messages pushed and consumed per second, the end-to-end latency of ours
-//! (from the producer's timestamp in the payload to the pop's answer), and
-//! beside it plain SQL doing the same data work with two concurrent
-//! pgbench processes at the same connection counts
+//! fixed duration (`--e2e-seconds`, 60), Queen's published shape:
+//! `--e2e-producers` connections (4) each pushing `--e2e-batch` (100)
+//! messages of 256 bytes per request, each with a transactionId of its own
+//! (dedup on, as a producer with idempotency sends), `--e2e-consumers`
+//! connections (12) each popping up to 1,000 messages of one consumer group
+//! queue-wide and acking them in one batch. Reported: messages pushed and
+//! consumed per second, the end-to-end latency of ours (from the producer's
+//! timestamp in the payload to the pop's answer), the broker's and
+//! PostgreSQL's CPU in cores, and whether the backlog grew (sampled from
+//! the tables during the run); beside it plain SQL doing the same data work
+//! with two concurrent pgbench processes at the same connection counts
 //! (`bench/pgbench/plain/e2e-push.sql`, `e2e-pop.sql`).
 
 use std::path::PathBuf;
@@ -45,7 +48,7 @@ struct Shape {
 }
 
 fn shapes(list: &str, producers: usize) -> anyhow::Result<Vec<Shape>> {
-    let list = if list.trim() == "all" { "own,rand200,spread200,rand10k" } else { list };
+    let list = if list.trim() == "all" { "own,rand200,spread200,rand10k,rand100k" } else { list };
     list.split(',')
         .map(|s| {
             Ok(match s.trim() {
@@ -53,19 +56,32 @@ fn shapes(list: &str, producers: usize) -> anyhow::Result<Vec<Shape>> {
                 "rand200" => Shape { key: "rand200", partitions: 200, lanes: 1, own: false },
                 "spread200" => Shape { key: "spread200", partitions: 200, lanes: 100, own: false },
                 "rand10k" => Shape { key: "rand10k", partitions: 10_000, lanes: 1, own: false },
-                other => bail!("unknown e2e shape {other} (own, rand200, spread200, rand10k, all)"),
+                "rand100k" => Shape { key: "rand100k", partitions: 100_000, lanes: 1, own: false },
+                other => bail!("unknown e2e shape {other} (own, rand200, spread200, rand10k, rand100k, all)"),
             })
         })
         .collect()
 }
 
 /// One side's figures.
-#[derive(serde::Serialize, Clone, Copy, Default)]
+#[derive(serde::Serialize, Clone, Default)]
 struct Side {
     pushed_per_s: f64,
     consumed_per_s: f64,
     /// Pushed but not consumed at the end.
     backlog: i64,
+    /// Pushed minus consumed as the tables said during the run: (seconds
+    /// since the side started, messages).
+    backlog_samples: Vec<(f64, i64)>,
+    /// The least-squares slope of the samples after the first third of
+    /// the run, in messages per second, and what it says: `grew` above 2%
+    /// of the pushed rate (and 100 msg/s), `shrank` below minus that,
+    /// else `steady`.
+    backlog_slope_per_s: Option<f64>,
+    backlog_trend: String,
+    /// CPU of every PostgreSQL process over the run, in cores (CPU seconds
+    /// per second of the run).
+    pg_cpu_cores: Option<f64>,
     /// Requests that failed (ours only).
     errors: u64,
     /// Pops that found nothing (ours: 204 after the long poll).
@@ -90,14 +106,25 @@ struct Row {
     ratio_consumed: Option<f64>,
     ratio_pushed: Option<f64>,
     ours_latency_ms: Option<[f64; 3]>,
+    /// The broker process's CPU over our side's run, in cores.
+    broker_cpu_cores: Option<f64>,
     broker_rss_peak_mb: f64,
 }
 
-const HEADER: &str = "| shape | ours pushed/s | ours consumed/s | plain pushed/s | plain consumed/s | ratio (consumed ours/plain) | ratio (pushed ours/plain) | ours e2e p50 / p99 / max ms | backlog at end ours / plain | broker RSS peak MB |\n\
-| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+const HEADER: &str = "| shape | ours pushed/s | ours consumed/s | plain pushed/s | plain consumed/s | ratio (consumed ours/plain) | ratio (pushed ours/plain) | ours e2e p50 / p99 / max ms | backlog at end ours / plain | backlog trend ours / plain (slope msg/s) | broker CPU cores | PostgreSQL CPU cores ours / plain | broker RSS peak MB |\n\
+| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |";
+
+/// "steady (+12/s)", "grew (+2100/s)", "n/a".
+fn trend_md(side: &Side) -> String {
+    match side.backlog_slope_per_s {
+        Some(slope) => format!("{} ({slope:+.0}/s)", side.backlog_trend),
+        None => "n/a".into(),
+    }
+}
 
 fn row_md(r: &Row) -> String {
     let opt = |v: Option<f64>, d: usize| v.map_or_else(|| "n/a".to_owned(), |x| format!("{x:.d$}"));
+    let plain = r.plain.as_ref();
     let mut shape = r.shape.clone();
     if r.ours.errors > 0 {
         shape.push_str(&format!(" ({} ERRORS)", r.ours.errors));
@@ -106,16 +133,21 @@ fn row_md(r: &Row) -> String {
         shape.push_str(" (plain pgbench failed)");
     }
     format!(
-        "| {shape} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} / {} | {:.1} |",
+        "| {shape} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} | {} / {} | {:.1} |",
         r.ours.pushed_per_s,
         r.ours.consumed_per_s,
-        opt(r.plain.map(|p| p.pushed_per_s), 0),
-        opt(r.plain.map(|p| p.consumed_per_s), 0),
+        opt(plain.map(|p| p.pushed_per_s), 0),
+        opt(plain.map(|p| p.consumed_per_s), 0),
         opt(r.ratio_consumed, 2),
         opt(r.ratio_pushed, 2),
         r.ours_latency_ms.map_or_else(|| "n/a".into(), |[a, b, c]| format!("{a:.0} / {b:.0} / {c:.0}")),
         r.ours.backlog,
-        r.plain.map_or_else(|| "n/a".into(), |p| p.backlog.to_string()),
+        plain.map_or_else(|| "n/a".into(), |p| p.backlog.to_string()),
+        trend_md(&r.ours),
+        plain.map_or_else(|| "n/a".into(), trend_md),
+        opt(r.broker_cpu_cores, 2),
+        opt(r.ours.pg_cpu_cores, 2),
+        opt(plain.and_then(|p| p.pg_cpu_cores), 2),
         r.broker_rss_peak_mb,
     )
 }
@@ -132,8 +164,13 @@ impl Shape {
 }
 
 /// Empties the queue tables and makes the queue, its group `g` and its
-/// partitions (each with the group's cursor at 0 and, by the cursor
-/// trigger, a ready lane) in set-based statements.
+/// partitions, each with the group's cursor at 0, in set-based statements.
+/// The cursor trigger gives every new cursor a ready lane, drained or not;
+/// those rows are removed, as the first pop to visit each would remove it,
+/// so both sides start from the state a long-running queue with drained
+/// partitions is in (no ready row of an empty lane) rather than spending
+/// the start of the run on tens of thousands of empty lanes (ours removes
+/// them on its walks, the plain consumer never claims an empty lane).
 async fn prepare(db: &tokio_postgres::Client, shape: Shape) -> anyhow::Result<()> {
     exec(
         db,
@@ -150,7 +187,7 @@ async fn prepare(db: &tokio_postgres::Client, shape: Shape) -> anyhow::Result<()
     )
     .await?;
     add_partitions(db, QUEUE, 0, shape.partitions).await?;
-    exec(db, "ANALYZE queen.ready_lanes; ANALYZE queen.messages").await
+    exec(db, "DELETE FROM queen.ready_lanes; ANALYZE queen.ready_lanes; ANALYZE queen.messages").await
 }
 
 /// Pushed and consumed messages as the tables say (offsets start at 0).
@@ -169,6 +206,75 @@ async fn totals(db: &tokio_postgres::Client) -> anyhow::Result<(i64, i64)> {
 
 fn now_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
+}
+
+/// CPU time of every PostgreSQL process of this machine, in seconds: the
+/// sum of utime, stime, cutime and cstime of each process named `postgres`
+/// in /proc (fields 14 to 17 of `stat`, in ticks of 1/100 s, USER_HZ). The
+/// postmaster's cutime and cstime hold its children that have exited, so a
+/// backend that ends during the run (pgbench's, at its end) still counts.
+/// Another user of the same server would count too. `None` off Linux.
+fn pg_cpu_s() -> Option<f64> {
+    let mut ticks = 0u64;
+    let mut found = false;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        if !entry.file_name().to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        if &stat[open + 1..close] != "postgres" {
+            continue;
+        }
+        // The fields after the name, from field 3 (state) on.
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        for n in 14..=17 {
+            ticks += fields.get(n - 3).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        }
+        found = true;
+    }
+    found.then_some(ticks as f64 / 100.0)
+}
+
+/// CPU seconds per second of `secs`, between two readings.
+fn cores(before: Option<f64>, after: Option<f64>, secs: f64) -> Option<f64> {
+    before.zip(after).map(|(a, b)| (b - a).max(0.0) / secs.max(1e-9))
+}
+
+/// Seconds between two backlog samples: 12 samples over the run, at most
+/// one every 5 s and at least one a second.
+fn sample_every(seconds: u64) -> Duration {
+    Duration::from_secs((seconds / 12).clamp(1, 5))
+}
+
+/// Slope (least squares, messages per second) of the backlog samples taken
+/// after the first third of the run, and the verdict: `grew` when it rises
+/// faster than 2% of the pushed rate and 100 msg/s, `shrank` when it falls
+/// as fast, else `steady`. The first third is the warm-up (lanes fill, the
+/// long polls settle); a consumer that keeps up holds a backlog of up to
+/// its pops in flight, which rises and falls but does not grow.
+fn trend(samples: &[(f64, i64)], seconds: u64, pushed_per_s: f64) -> (Option<f64>, String) {
+    let late: Vec<(f64, f64)> =
+        samples.iter().filter(|(t, _)| *t >= seconds as f64 / 3.0).map(|&(t, b)| (t, b as f64)).collect();
+    if late.len() < 2 {
+        return (None, "n/a".into());
+    }
+    let n = late.len() as f64;
+    let (mt, mb) = (late.iter().map(|p| p.0).sum::<f64>() / n, late.iter().map(|p| p.1).sum::<f64>() / n);
+    let var: f64 = late.iter().map(|p| (p.0 - mt).powi(2)).sum();
+    if var <= 0.0 {
+        return (None, "n/a".into());
+    }
+    let slope = late.iter().map(|p| (p.0 - mt) * (p.1 - mb)).sum::<f64>() / var;
+    let limit = (0.02 * pushed_per_s).max(100.0);
+    let verdict = if slope > limit {
+        "grew"
+    } else if slope < -limit {
+        "shrank"
+    } else {
+        "steady"
+    };
+    (Some(slope), verdict.into())
 }
 
 /// Counters shared by our clients; only work finished before the deadline counts.
@@ -199,7 +305,10 @@ async fn producer(
         let items: Vec<String> = (0..u64::from(batch))
             .map(|i| {
                 let p = if shape.own { me as u64 } else { spread.partition(i % u64::from(shape.lanes)) };
-                format!(r#"{{"queue":"{QUEUE}","partition":"p{p}","payload":{{"t":{t},"pad":"{pad}"}}}}"#)
+                let tx = transaction_id(&mut rng);
+                format!(
+                    r#"{{"queue":"{QUEUE}","partition":"p{p}","transactionId":"{tx}","payload":{{"t":{t},"pad":"{pad}"}}}}"#
+                )
             })
             .collect();
         let answer = http.post("/api/v1/push", format!(r#"{{"items":[{}]}}"#, items.join(","))).await;
@@ -216,6 +325,21 @@ async fn producer(
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
+}
+
+/// A random version-4 UUID as text: the transactionId a producer with
+/// idempotency gives each message (the broker then looks it up in the
+/// partition's dedup window before inserting).
+fn transaction_id(rng: &mut Rng) -> String {
+    let (a, b) = (rng.next(), rng.next());
+    format!(
+        "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xfff,
+        0x8000 | (b >> 48) & 0x3fff,
+        b & 0xffff_ffff_ffff
+    )
 }
 
 async fn consumer(
@@ -279,17 +403,29 @@ fn refused(body: &[u8]) -> bool {
     }
 }
 
+/// What our side measured besides its [`Side`].
+struct OursExtra {
+    latency: Option<[f64; 3]>,
+    rss_peak: f64,
+    broker_cpu_cores: Option<f64>,
+}
+
 /// Our side: producers and consumers on two client threads (as pgbench's
-/// `-j 2`), each a current-thread event loop over its share.
+/// `-j 2`), each a current-thread event loop over its share. The broker's
+/// and PostgreSQL's CPU are read at the start and at the deadline, the
+/// backlog every [`sample_every`] (and once more when the clients have
+/// stopped).
 async fn run_ours(
+    db: &tokio_postgres::Client,
     base: &str,
     shape: Shape,
     args: &BenchArgs,
     pid: u32,
-) -> anyhow::Result<(Side, Option<[f64; 3]>, f64)> {
+) -> anyhow::Result<(Side, OursExtra)> {
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Counts::default());
     let seconds = args.e2e_seconds;
+    let (broker_cpu_before, pg_cpu_before) = (crate::cpu_ns(pid), pg_cpu_s());
     let started = Instant::now();
     let deadline = started + Duration::from_secs(seconds);
     let threads = 2;
@@ -330,23 +466,42 @@ async fn run_ours(
         })?);
     }
     let mut rss_peak: f64 = 0.0;
+    let mut samples = Vec::new();
+    let every = sample_every(seconds);
+    let mut next_sample = started + every;
     while Instant::now() < deadline {
         rss_peak = rss_peak.max(rss_mb(pid));
+        if Instant::now() >= next_sample {
+            let (pushed, consumed) = totals(db).await?;
+            samples.push((started.elapsed().as_secs_f64(), pushed - consumed));
+            next_sample += every;
+        }
         tokio::time::sleep(
             Duration::from_millis(200).min(deadline.saturating_duration_since(Instant::now())),
         )
         .await;
     }
     stop.store(true, Ordering::Relaxed);
+    let secs = seconds.max(1) as f64;
+    let broker_cpu_cores = crate::cpu_ns(pid)
+        .zip(broker_cpu_before)
+        .map(|(after, before)| after.saturating_sub(before) as f64 / 1e9 / secs);
+    let pg_cpu_cores = cores(pg_cpu_before, pg_cpu_s(), secs);
     let hist = crate::join_clients(generators, 3_600_000_000).await?;
     rss_peak = rss_peak.max(rss_mb(pid));
-    let secs = seconds.max(1) as f64;
+    let (pushed_rows, consumed_rows) = totals(db).await?;
+    samples.push((started.elapsed().as_secs_f64(), pushed_rows - consumed_rows));
     let pushed = counts.pushed.load(Ordering::Relaxed);
     let consumed = counts.consumed.load(Ordering::Relaxed);
+    let (backlog_slope_per_s, backlog_trend) = trend(&samples, seconds, pushed as f64 / secs);
     let side = Side {
         pushed_per_s: pushed as f64 / secs,
         consumed_per_s: consumed as f64 / secs,
-        backlog: 0,
+        backlog: pushed_rows - consumed_rows,
+        backlog_samples: samples,
+        backlog_slope_per_s,
+        backlog_trend,
+        pg_cpu_cores,
         errors: counts.errors.load(Ordering::Relaxed),
         empty_pops: counts.empty.load(Ordering::Relaxed),
         push_requests: counts.pushes.load(Ordering::Relaxed),
@@ -354,12 +509,14 @@ async fn run_ours(
     };
     let q = |p: f64| hist.value_at_quantile(p) as f64 / 1000.0;
     let latency = (!hist.is_empty()).then(|| [q(0.5), q(0.99), hist.max() as f64 / 1000.0]);
-    Ok((side, latency, rss_peak))
+    Ok((side, OursExtra { latency, rss_peak, broker_cpu_cores }))
 }
 
 /// Plain SQL: the producer and the consumer scripts as two pgbench
 /// processes started together, for the same seconds. Messages counted from
-/// the tables afterwards, over the longer process's wall time.
+/// the tables afterwards, over the longer process's wall time; the backlog
+/// sampled from the tables meanwhile, and PostgreSQL's CPU read before
+/// they start and after both have ended (their backends' CPU included).
 async fn run_plain(
     db: &tokio_postgres::Client,
     url: &str,
@@ -378,6 +535,7 @@ async fn run_plain(
     let (push_scripts, pop_scripts) = (scripts("e2e-push.sql"), scripts("e2e-pop.sql"));
     let (producers, consumers) = (args.e2e_producers, args.e2e_consumers);
     let (u1, u2) = (url.to_owned(), url.to_owned());
+    let pg_cpu_before = pg_cpu_s();
     let started = Instant::now();
     let push = tokio::task::spawn_blocking(move || {
         let r = run_pgbench(&push_scripts, &push_defines, &u1, producers, length);
@@ -387,15 +545,33 @@ async fn run_plain(
         let r = run_pgbench(&pop_scripts, &pop_defines, &u2, consumers, length);
         (r, started.elapsed())
     });
+    let mut samples = Vec::new();
+    let every = sample_every(args.e2e_seconds);
+    let mut next_sample = started + every;
+    while !(push.is_finished() && pop.is_finished()) {
+        if Instant::now() >= next_sample {
+            let (pushed, consumed) = totals(db).await?;
+            samples.push((started.elapsed().as_secs_f64(), pushed - consumed));
+            next_sample += every;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let ((push, t1), (pop, t2)) = (push.await?, pop.await?);
+    let pg_cpu_after = pg_cpu_s();
     let push = push.context("plain producers")?;
     let pop = pop.context("plain consumers")?;
     let secs = t1.max(t2).as_secs_f64();
     let (pushed, consumed) = totals(db).await?;
+    samples.push((started.elapsed().as_secs_f64(), pushed - consumed));
+    let (backlog_slope_per_s, backlog_trend) = trend(&samples, args.e2e_seconds, pushed as f64 / secs);
     Ok(Side {
         pushed_per_s: pushed as f64 / secs,
         consumed_per_s: consumed as f64 / secs,
         backlog: pushed - consumed,
+        backlog_samples: samples,
+        backlog_slope_per_s,
+        backlog_trend,
+        pg_cpu_cores: cores(pg_cpu_before, pg_cpu_after, secs),
         errors: 0,
         empty_pops: 0,
         push_requests: (push.tps * secs) as u64,
@@ -411,8 +587,8 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let dir = args.out.join(format!("e2e-{stamp}"));
     println!(
-        "end to end: {} producers x {} messages of 256 B per push, {} consumers popping up to {POP_BATCH} \
-         (group g, queue-wide) and acking them, {} s per side\n\n{HEADER}",
+        "end to end: {} producers x {} messages of 256 B per push (a transactionId each), {} consumers \
+         popping up to {POP_BATCH} (group g, queue-wide) and acking them, {} s per side\n\n{HEADER}",
         args.e2e_producers, args.e2e_batch, args.e2e_consumers, args.e2e_seconds
     );
     let mut rows = Vec::new();
@@ -421,10 +597,8 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
         // The broker first: its start migrates a fresh database.
         let mut broker = start_broker(url, args.pool_size).await?;
         prepare(&db, shape).await?;
-        let (mut ours, latency, rss) = run_ours(&broker.base, shape, args, broker.child.id()).await?;
+        let (ours, extra) = run_ours(&db, &broker.base, shape, args, broker.child.id()).await?;
         broker.stop();
-        let (pushed, consumed) = totals(&db).await?;
-        ours.backlog = pushed - consumed;
 
         prepare(&db, shape).await?;
         let (plain, plain_failed) = match run_plain(&db, url, shape, args).await {
@@ -442,13 +616,14 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
             consumers: args.e2e_consumers,
             batch: args.e2e_batch,
             seconds: args.e2e_seconds,
+            ratio_consumed: plain.as_ref().map(|p| ours.consumed_per_s / p.consumed_per_s.max(1e-9)),
+            ratio_pushed: plain.as_ref().map(|p| ours.pushed_per_s / p.pushed_per_s.max(1e-9)),
             ours,
             plain,
             plain_failed,
-            ratio_consumed: plain.map(|p| ours.consumed_per_s / p.consumed_per_s.max(1e-9)),
-            ratio_pushed: plain.map(|p| ours.pushed_per_s / p.pushed_per_s.max(1e-9)),
-            ours_latency_ms: latency,
-            broker_rss_peak_mb: rss,
+            ours_latency_ms: extra.latency,
+            broker_cpu_cores: extra.broker_cpu_cores,
+            broker_rss_peak_mb: extra.rss_peak,
         };
         println!("{}", row_md(&row));
         rows.push(row);
@@ -462,6 +637,8 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
         "pop_batch": POP_BATCH,
         "pop_wait_ms": POP_WAIT_MS,
         "payload_bytes": 256,
+        "transaction_id_per_message": true,
+        "backlog_sample_seconds": sample_every(args.e2e_seconds).as_secs(),
         "broker_pool_size": args.pool_size,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "postgres": settings.get::<_, String>(0),
@@ -473,7 +650,7 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
         serde_json::to_string_pretty(&serde_json::json!({"stamp": stamp, "config": config, "rows": rows}))?,
     )?;
     let mut md = format!(
-        "### End to end: {} producers x {} messages per push, {} consumers (pop up to {POP_BATCH}, ack batch), {} s per side\n\n{HEADER}\n",
+        "### End to end: {} producers x {} messages per push (a transactionId each), {} consumers (pop up to {POP_BATCH}, ack batch), {} s per side\n\n{HEADER}\n",
         args.e2e_producers, args.e2e_batch, args.e2e_consumers, args.e2e_seconds
     );
     for r in &rows {

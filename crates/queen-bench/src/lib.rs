@@ -120,12 +120,13 @@ pub struct BenchArgs {
     /// Run the end-to-end shapes instead of the sweep: producers and consumers at once, ours
     /// beside plain SQL (two pgbench processes), comma separated: own (a partition per
     /// producer), rand200 (200 partitions, each push into one random one), spread200 (200
-    /// partitions, each push over 100 of them), rand10k (10,000 partitions, one random one);
-    /// `all` for the four. Results in <out>/e2e-<unix time>/.
+    /// partitions, each push over 100 of them), rand10k (10,000 partitions, one random one),
+    /// rand100k (100,000 partitions, one random one); `all` for the five. Results in
+    /// <out>/e2e-<unix time>/.
     #[arg(long, default_value = "")]
     e2e: String,
     /// End-to-end: seconds per side of each shape.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 60)]
     e2e_seconds: u64,
     /// End-to-end: producer connections (each request pushes --e2e-batch messages).
     #[arg(long, default_value_t = 4)]
