@@ -22,7 +22,7 @@ use hdrhistogram::Histogram;
 use serde_json::Value;
 
 use crate::driver::{Driver, LeanConn};
-use crate::workload::{add_partitions, completed_acks, exec, Rng, Spread};
+use crate::workload::{add_partitions, completed_acks, exec, short, Rng, Spread};
 use crate::{connect, rss_mb, run_pgbench, server_settings, start_broker, BenchArgs, Length};
 
 /// The queue of every shape; the consumer group is `g`.
@@ -38,7 +38,6 @@ const PAD: usize = 225;
 /// Where the producers' messages go.
 #[derive(Clone, Copy)]
 struct Shape {
-    key: &'static str,
     /// Partitions of the queue (made in preparation).
     partitions: u32,
     /// Distinct partitions one push spreads over.
@@ -47,20 +46,61 @@ struct Shape {
     own: bool,
 }
 
-fn shapes(list: &str, producers: usize) -> anyhow::Result<Vec<Shape>> {
+/// Partitions one spread push covers (at most the queue's).
+const SPREAD_LANES: u32 = 100;
+
+/// "200", "10k", "100k", "1m": a count of partitions.
+fn count(s: &str) -> Option<u32> {
+    let (digits, unit) = match s.strip_suffix('k') {
+        Some(d) => (d, 1000),
+        None => match s.strip_suffix('m') {
+            Some(d) => (d, 1_000_000),
+            None => (s, 1),
+        },
+    };
+    digits.parse::<u32>().ok()?.checked_mul(unit).filter(|&n| n > 0)
+}
+
+/// The shapes of `--e2e`: `own`, `rand<P>` (each push into one random
+/// partition of P), `spread<P>` (each push over 100 distinct ones of P),
+/// P as 200, 10k, 100k...; `all` is own, rand200, spread200, rand10k,
+/// rand100k. `partitions` (`--e2e-partitions`) replaces the P of every
+/// rand and spread shape.
+fn shapes(list: &str, producers: usize, partitions: Option<u32>) -> anyhow::Result<Vec<Shape>> {
     let list = if list.trim() == "all" { "own,rand200,spread200,rand10k,rand100k" } else { list };
+    let usage = "own, rand<P>, spread<P> (P as 200, 10k, 100k), all";
+    if partitions == Some(0) {
+        bail!("--e2e-partitions must be at least 1");
+    }
     list.split(',')
         .map(|s| {
-            Ok(match s.trim() {
-                "own" => Shape { key: "own", partitions: producers.max(1) as u32, lanes: 1, own: true },
-                "rand200" => Shape { key: "rand200", partitions: 200, lanes: 1, own: false },
-                "spread200" => Shape { key: "spread200", partitions: 200, lanes: 100, own: false },
-                "rand10k" => Shape { key: "rand10k", partitions: 10_000, lanes: 1, own: false },
-                "rand100k" => Shape { key: "rand100k", partitions: 100_000, lanes: 1, own: false },
-                other => bail!("unknown e2e shape {other} (own, rand200, spread200, rand10k, rand100k, all)"),
-            })
+            let s = s.trim();
+            if s == "own" {
+                return Ok(Shape { partitions: producers.max(1) as u32, lanes: 1, own: true });
+            }
+            let (spread, p) = match (s.strip_prefix("rand"), s.strip_prefix("spread")) {
+                (Some(p), _) => (false, p),
+                (_, Some(p)) => (true, p),
+                _ => bail!("unknown e2e shape {s} ({usage})"),
+            };
+            let Some(p) = partitions.or_else(|| count(p)) else { bail!("unknown e2e shape {s} ({usage})") };
+            if spread && !only_twos_and_fives(p) {
+                // The spread draw covers distinct partitions only then
+                // (workload::Spread).
+                bail!("{s}: a spread shape needs partitions whose only prime factors are 2 and 5, not {p}");
+            }
+            Ok(Shape { partitions: p, lanes: if spread { SPREAD_LANES.min(p) } else { 1 }, own: false })
         })
         .collect()
+}
+
+fn only_twos_and_fives(mut n: u32) -> bool {
+    for f in [2, 5] {
+        while n > 0 && n.is_multiple_of(f) {
+            n /= f;
+        }
+    }
+    n == 1
 }
 
 /// One side's figures.
@@ -153,13 +193,24 @@ fn row_md(r: &Row) -> String {
 }
 
 impl Shape {
+    /// own, rand200, spread10k...
+    fn key(self) -> String {
+        match self {
+            Shape { own: true, .. } => "own".into(),
+            Shape { lanes: 1, partitions, .. } => format!("rand{}", short(partitions)),
+            Shape { partitions, .. } => format!("spread{}", short(partitions)),
+        }
+    }
+
     fn name(self) -> String {
-        let what = match self.key {
-            "own" => "a partition per producer".to_owned(),
-            _ if self.lanes == 1 => format!("{} partitions, each push into one random one", self.partitions),
+        let what = match self {
+            Shape { own: true, .. } => "a partition per producer".to_owned(),
+            Shape { lanes: 1, .. } => {
+                format!("{} partitions, each push into one random one", self.partitions)
+            }
             _ => format!("{} partitions, each push over {}", self.partitions, self.lanes),
         };
-        format!("{} ({what})", self.key)
+        format!("{} ({what})", self.key())
     }
 }
 
@@ -581,7 +632,7 @@ async fn run_plain(
 
 /// Runs the end-to-end shapes of `--e2e`; see the module documentation.
 pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
-    let shapes = shapes(&args.e2e, args.e2e_producers)?;
+    let shapes = shapes(&args.e2e, args.e2e_producers, args.e2e_partitions)?;
     let db = connect(url).await?;
     let settings = server_settings(&db).await?;
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
@@ -604,7 +655,7 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
         let (plain, plain_failed) = match run_plain(&db, url, shape, args).await {
             Ok(p) => (Some(p), false),
             Err(e) => {
-                eprintln!("{} (plain): {e:#}", shape.key);
+                eprintln!("{} (plain): {e:#}", shape.key());
                 (None, true)
             }
         };
@@ -638,6 +689,7 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
         "pop_wait_ms": POP_WAIT_MS,
         "payload_bytes": 256,
         "transaction_id_per_message": true,
+        "partitions_override": args.e2e_partitions,
         "backlog_sample_seconds": sample_every(args.e2e_seconds).as_secs(),
         "broker_pool_size": args.pool_size,
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
@@ -660,4 +712,31 @@ pub(crate) async fn run(args: &BenchArgs, url: &str) -> anyhow::Result<()> {
     std::fs::write(dir.join("results.md"), md)?;
     println!("\nresults: {}", dir.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{count, shapes};
+
+    #[test]
+    fn shapes_parse_counts_and_the_override() {
+        assert_eq!(count("200"), Some(200));
+        assert_eq!(count("10k"), Some(10_000));
+        assert_eq!(count("1m"), Some(1_000_000));
+        assert_eq!(count("0"), None);
+        assert_eq!(count("x"), None);
+        let keys = |list: &str, over: Option<u32>| -> Vec<String> {
+            shapes(list, 4, over).map(|v| v.into_iter().map(|s| s.key()).collect()).unwrap_or_default()
+        };
+        assert_eq!(keys("all", None), ["own", "rand200", "spread200", "rand10k", "rand100k"]);
+        assert_eq!(keys("spread10k,rand1k", None), ["spread10k", "rand1k"]);
+        assert_eq!(keys("own,rand200,spread200", Some(1000)), ["own", "rand1k", "spread1k"]);
+        let s = shapes("spread50", 4, None).unwrap_or_default();
+        assert_eq!((s[0].partitions, s[0].lanes), (50, 50));
+        assert!(shapes("spread300", 4, None).is_err(), "300 has a factor 3");
+        assert!(shapes("rand300", 4, None).is_ok());
+        assert!(shapes("randx", 4, None).is_err());
+        assert!(shapes("fifo", 4, None).is_err());
+        assert!(shapes("rand200", 4, Some(0)).is_err());
+    }
 }

@@ -119,10 +119,10 @@ pub struct BenchArgs {
     ephemeral_seconds: u64,
     /// Run the end-to-end shapes instead of the sweep: producers and consumers at once, ours
     /// beside plain SQL (two pgbench processes), comma separated: own (a partition per
-    /// producer), rand200 (200 partitions, each push into one random one), spread200 (200
-    /// partitions, each push over 100 of them), rand10k (10,000 partitions, one random one),
-    /// rand100k (100,000 partitions, one random one); `all` for the five. Results in
-    /// <out>/e2e-<unix time>/.
+    /// producer), rand<P> (P partitions, each push into one random one: rand200, rand10k,
+    /// rand100k), spread<P> (P partitions, each push over 100 of them: spread200, spread10k; P
+    /// with no prime factor but 2 and 5); `all` for own, rand200, spread200, rand10k, rand100k.
+    /// Results in <out>/e2e-<unix time>/.
     #[arg(long, default_value = "")]
     e2e: String,
     /// End-to-end: seconds per side of each shape.
@@ -137,6 +137,10 @@ pub struct BenchArgs {
     /// End-to-end: messages per push request.
     #[arg(long, default_value_t = 100)]
     e2e_batch: u32,
+    /// End-to-end: partitions of every rand and spread shape, in place of the count in its name
+    /// (`--e2e rand200,spread200 --e2e-partitions 1000` runs rand1k and spread1k).
+    #[arg(long)]
+    e2e_partitions: Option<u32>,
 }
 
 /// One scaling series: the workloads in size order and what the size is.
