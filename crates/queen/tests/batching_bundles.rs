@@ -238,3 +238,110 @@ async fn bundle_batches_writing_keys_in_opposite_orders_never_deadlock() {
     assert_eq!(deadlocks, 0, "a batch locked keys out of order");
     assert_eq!(engine.batch_sizes(BatchKind::Transaction).retried, 0, "a bundle batch failed as a whole");
 }
+
+/// Strips the KV versions (drawn from a sequence, so they differ between
+/// two runs of the same bundles) from a transaction answer.
+fn without_versions(mut answer: Value) -> Value {
+    if let Some(results) = answer["results"].as_array_mut() {
+        for r in results {
+            if let Some(o) = r.as_object_mut() {
+                o.remove("version");
+            }
+        }
+    }
+    answer
+}
+
+/// The idempotent consumer's batch (completions, one required putIfAbsent
+/// each, no cursor or key shared) takes the one-pass path
+/// (`queen.once_ack_batch`), and each bundle's answer there is the one
+/// `transaction_rows` gives it alone: an accepted bundle, one refused by a
+/// stale lease, one refused by a live marker. A batch whose bundles share a
+/// key does not take it. Each run rolls back.
+#[tokio::test]
+async fn a_once_ack_batch_in_one_pass_answers_each_bundle_as_alone() {
+    let b = TestBroker::start().await;
+    let engine = bundle_batching_engine(&b, 1);
+    let m = leased(&engine, "pass", 3).await;
+    let client = b.sql().await;
+    client
+        .batch_execute(
+            "INSERT INTO queen.kv (ns, key, value, version, expires_at)
+             VALUES ('once', 'k2', '\"before\"', nextval('queen.kv_version_seq'), now() + interval '1 hour')",
+        )
+        .await
+        .expect("marker");
+    let txid = |i: usize| m[i]["transactionId"].as_str().expect("txid").to_owned();
+    let pid = |i: usize| m[i]["partitionId"].as_str().expect("pid").to_owned();
+    // Bundle 1 acks under a lease that is not its cursor's; bundle 2's marker is live.
+    let lease = |i: usize| {
+        if i == 1 {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            m[i]["leaseId"].as_str().expect("lease").to_owned()
+        }
+    };
+    let lit = |v: Vec<String>| format!("ARRAY['{}']", v.join("','"));
+    let batch = |keys: [&str; 3]| {
+        format!(
+            "SELECT o.answers, o.refused FROM queen.once_ack_batch(ARRAY['t0','t1','t2'], ARRAY[NULL,NULL,NULL]::text[],
+               ARRAY[1,1,1], ARRAY[1,1,1], ARRAY[1,1,1], ARRAY[0,0,0], {}, {}::uuid[],
+               ARRAY['completed','completed','completed'], {}, ARRAY['__QUEUE_MODE__','__QUEUE_MODE__','__QUEUE_MODE__'],
+               ARRAY['putIfAbsent','putIfAbsent','putIfAbsent'], ARRAY['once','once','once'], {},
+               ARRAY['1','2','3']::jsonb[], ARRAY[60,60,60]::bigint[], ARRAY[NULL,NULL,NULL]::boolean[],
+               ARRAY[true,true,true]) o",
+            lit((0..3).map(txid).collect()),
+            lit((0..3).map(pid).collect()),
+            lit((0..3).map(lease).collect()),
+            lit(keys.iter().map(|k| (*k).to_owned()).collect()),
+        )
+    };
+    let alone = |i: usize, key: &str| {
+        format!(
+            "SELECT queen.transaction_rows('t{i}', NULL, 4194304, 1,
+               '{{}}'::integer[], '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], '{{}}'::text[],
+               ARRAY[0], ARRAY['{}'], ARRAY['{}'::uuid], ARRAY['completed'], ARRAY[NULL::text], ARRAY['{}'],
+               ARRAY['__QUEUE_MODE__'],
+               ARRAY['putIfAbsent'], ARRAY['once'], ARRAY['{key}'], ARRAY['{}'::jsonb], ARRAY[60::bigint],
+               ARRAY[NULL::boolean], ARRAY[NULL::bigint], ARRAY[true], ARRAY[NULL::numeric], ARRAY[NULL::numeric],
+               ARRAY[NULL::numeric], ARRAY[NULL::jsonb], ARRAY[NULL::text], ARRAY[NULL::text], ARRAY[NULL::integer],
+               ARRAY[NULL::boolean],
+               '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], '{{}}'::bigint[],
+               '{{}}'::text[])::text",
+            txid(i),
+            pid(i),
+            lease(i),
+            i + 1
+        )
+    };
+    client.batch_execute("BEGIN").await.expect("begin");
+    let row = client.query_one(&batch(["k0", "k1", "k2"]), &[]).await.expect("one pass");
+    let (answers, refused): (Option<Vec<String>>, Option<Vec<bool>>) = (row.get(0), row.get(1));
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+    let (answers, refused) = (answers.expect("the one-pass path is taken"), refused.expect("refused"));
+    assert_eq!(refused, vec![false, true, true]);
+    for (i, key) in ["k0", "k1", "k2"].into_iter().enumerate() {
+        client.batch_execute("BEGIN").await.expect("begin");
+        let lone = client.query_one(&alone(i, key), &[]).await;
+        client.batch_execute("ROLLBACK").await.expect("rollback");
+        let batched: Value = serde_json::from_str(&answers[i]).expect("json");
+        match lone {
+            Ok(row) => {
+                assert!(!refused[i], "bundle {i} is accepted alone");
+                let lone: Value = serde_json::from_str(&row.get::<_, String>(0)).expect("json");
+                assert_eq!(without_versions(batched), without_versions(lone), "bundle {i}");
+            }
+            Err(e) => {
+                assert!(refused[i], "bundle {i} is refused alone");
+                let body = e.as_db_error().expect("a refusal").message().to_owned();
+                let lone: Value = serde_json::from_str(&body).expect("json");
+                assert_eq!(batched, lone, "bundle {i}");
+            }
+        }
+    }
+    // Two bundles on one key: member by member.
+    client.batch_execute("BEGIN").await.expect("begin");
+    let row = client.query_one(&batch(["k0", "k0", "k5"]), &[]).await.expect("sql");
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+    assert!(row.get::<_, Option<Vec<String>>>(0).is_none(), "a shared key is not one-pass");
+}

@@ -21,6 +21,23 @@ DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, inte
   text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
   bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
   integer[], boolean[], text[], text[], text[], text[], text[], bigint[], text[]);
+-- The elements of a transaction's answer, and the answer: their one writer
+-- (transaction_rows, and transaction_batch's one-pass path). STABLE as
+-- json_build_object is, so that they are inlined.
+CREATE OR REPLACE FUNCTION queen.tx_ack_result(p_slot integer, p_txid text, p_dlq boolean) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object('index', p_slot, 'type', 'ack', 'success', true, 'transactionId', p_txid,
+                            'error', NULL, 'dlq', p_dlq)
+$$;
+CREATE OR REPLACE FUNCTION queen.tx_kv_result(p_index integer, p_op text, r jsonb) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_build_object('index', p_index, 'op', p_op, 'type', 'kv') || r
+$$;
+CREATE OR REPLACE FUNCTION queen.tx_answer(p_tx_id text, p_results jsonb) RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object('transactionId', p_tx_id, 'success', true, 'results', p_results)
+$$;
+
 CREATE OR REPLACE FUNCTION queen.transaction_rows(
   p_tx_id text, p_lent_lease text, p_max_read_bytes bigint, p_slot_count integer,
   p_push_slots integer[], p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
@@ -71,7 +88,7 @@ BEGIN
       RAISE EXCEPTION USING ERRCODE = 'QN200',
         MESSAGE = queen.kv_precondition_refusal(p_tx_id, p_slot_count, a_key[1], v_one);
     END IF;
-    v_kv := json_build_array(jsonb_build_object('index', p_slot_count, 'op', a_op[1], 'type', 'kv') || v_one);
+    v_kv := json_build_array(queen.tx_kv_result(p_slot_count, a_op[1], v_one));
   ELSIF coalesce(array_length(a_op, 1), 0) > 0 THEN
     v_kv := queen.kv_apply(a_op, a_ns, a_key, a_value, a_ttl, a_forever, a_expect, a_required,
       a_delta, a_min, a_max, a_keys, a_prefix, a_after, a_limit, a_keys_only,
@@ -90,7 +107,7 @@ BEGIN
   -- A bundle with only KV ops has no slots: its answer is the KV results
   -- (the statements below would each pay an executor start-up for nothing).
   IF p_slot_count = 0 THEN
-    RETURN json_build_object('transactionId', p_tx_id, 'success', true, 'results', v_kv::jsonb || v_timers);
+    RETURN queen.tx_answer(p_tx_id, v_kv::jsonb || v_timers);
   END IF;
   v_results := array_fill(NULL::jsonb, ARRAY[greatest(p_slot_count, 1)]);
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
@@ -101,14 +118,13 @@ BEGIN
     END LOOP;
   END IF;
   FOR r IN SELECT e.x, e.n FROM json_array_elements(v_ack) WITH ORDINALITY e(x, n) LOOP
-    v_results[p_ack_slots[r.n] + 1] := jsonb_build_object('index', p_ack_slots[r.n], 'type', 'ack',
-      'success', true, 'transactionId', r.x ->> 'transactionId', 'error', NULL,
-      'dlq', (r.x ->> 'dlq')::boolean);
+    v_results[p_ack_slots[r.n] + 1] := queen.tx_ack_result(p_ack_slots[r.n], r.x ->> 'transactionId',
+                                                           (r.x ->> 'dlq')::boolean);
   END LOOP;
 
-  RETURN json_build_object('transactionId', p_tx_id, 'success', true,
-    'results', coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb)
-               || v_kv::jsonb || v_timers);
+  RETURN queen.tx_answer(p_tx_id,
+    coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb)
+      || v_kv::jsonb || v_timers);
 END $$;
 
 -- Several bundles without pushes or timers (acks and KV ops: the once +
@@ -162,6 +178,14 @@ BEGIN
      FROM (SELECT u.ns, u.key FROM unnest(a_op, a_ns, a_key) u(op, ns, key)
             WHERE u.op IN ('put', 'putIfAbsent', 'delete', 'check', 'incr')
             ORDER BY u.ns COLLATE "C", u.key COLLATE "C") w;
+  SELECT o.answers, o.refused INTO answers, refused
+    FROM queen.once_ack_batch(p_tx_ids, p_lent_leases, p_slot_counts, p_ack_counts, p_kv_counts,
+      p_ack_slots, p_ack_txids, p_ack_pids, p_ack_statuses, p_ack_leases, p_ack_groups,
+      a_op, a_ns, a_key, a_value, a_ttl, a_forever, a_required) o;
+  IF answers IS NOT NULL THEN
+    RETURN;
+  END IF;
+  answers := '{}';
   FOR i IN 1 .. cardinality(p_tx_ids) LOOP
     b := a + p_ack_counts[i] - 1;
     l := k + p_kv_counts[i] - 1;
@@ -196,4 +220,117 @@ BEGIN
     a := b + 1;
     k := l + 1;
   END LOOP;
+END $$;
+
+-- The idempotent consumer's batch in one pass (queen.transaction_batch):
+-- every bundle holds completions only and at most one KV op, a required
+-- putIfAbsent (the `once` marker), and no cursor or key is named by two
+-- bundles. Then no bundle can see another's writes, so every bundle is
+-- decided against the state as found (the caller holds the cursor and key
+-- locks): its acks' verdicts (strict), then whether its marker is live.
+-- The accepted bundles' acks are applied in one statement
+-- (queen.ack_completions) and their markers in another; each answer is the
+-- one transaction_rows gives the bundle alone, a refused bundle's its
+-- refusal (refused[i]). NULLs when the batch is not of that shape: the
+-- caller takes the bundles one by one.
+CREATE OR REPLACE FUNCTION queen.once_ack_batch(
+  p_tx_ids text[], p_lent_leases text[], p_slot_counts integer[], p_ack_counts integer[], p_kv_counts integer[],
+  p_ack_slots integer[], p_ack_txids text[], p_ack_pids uuid[], p_ack_statuses text[], p_ack_leases text[],
+  p_ack_groups text[],
+  a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[], a_required boolean[],
+  OUT answers text[], OUT refused boolean[])
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_n integer := cardinality(p_tx_ids);
+  b integer;
+  k integer;
+  v_bundle_of_ack integer[];
+  v_bundle_of_kv integer[];
+  v_verdicts text[];
+  v_seqs bigint[];
+  v_answers text[];
+  v_accepted integer[];
+BEGIN
+  IF v_n < 2 OR NOT (coalesce(p_ack_statuses, '{}') <@ ARRAY['completed'])
+     OR EXISTS (SELECT 1 FROM unnest(p_kv_counts) c WHERE c > 1)
+     OR EXISTS (SELECT 1 FROM unnest(a_op, a_required) u(op, req) WHERE u.op <> 'putIfAbsent' OR NOT u.req) THEN
+    RETURN;
+  END IF;
+  -- Each ack's and KV op's bundle (from 1), from the per-bundle counts.
+  SELECT coalesce(array_agg(b.n ORDER BY b.n), '{}') INTO v_bundle_of_ack
+    FROM unnest(p_ack_counts) WITH ORDINALITY b(c, n), generate_series(1, b.c);
+  SELECT coalesce(array_agg(b.n ORDER BY b.n), '{}') INTO v_bundle_of_kv
+    FROM unnest(p_kv_counts) WITH ORDINALITY b(c, n), generate_series(1, b.c);
+  IF EXISTS (SELECT 1 FROM unnest(p_ack_pids, p_ack_groups, v_bundle_of_ack) u(pid, grp, b)
+              GROUP BY u.pid, u.grp HAVING count(DISTINCT u.b) > 1)
+     OR EXISTS (SELECT 1 FROM unnest(a_ns, a_key) u(ns, key) GROUP BY u.ns, u.key HAVING count(*) > 1) THEN
+    RETURN;
+  END IF;
+
+  -- The acks' verdicts, each under its own lease or its bundle's lent one.
+  SELECT v.verdicts, v.seqs INTO v_verdicts, v_seqs
+    FROM queen.ack_verdicts(p_ack_txids, p_ack_pids, p_ack_statuses,
+           (SELECT array_agg(coalesce(nullif(u.lease, ''), p_lent_leases[u.b]) ORDER BY u.n)
+              FROM unnest(p_ack_leases, v_bundle_of_ack) WITH ORDINALITY u(lease, b, n)),
+           p_ack_groups, NULL) v;
+  v_answers := array_fill(NULL::text, ARRAY[v_n]);
+  -- Refused by an ack: the first cursor of the bundle with a refused item.
+  FOR b IN SELECT DISTINCT u.b FROM unnest(v_verdicts, v_bundle_of_ack) u(verdict, b) WHERE u.verdict <> 'ok' LOOP
+    v_answers[b] := (SELECT queen.ack_refusal(p_tx_ids[b], array_agg(u.pid ORDER BY u.n),
+                                                     array_agg(u.grp ORDER BY u.n), array_agg(u.verdict ORDER BY u.n))
+                              FROM unnest(p_ack_pids, p_ack_groups, v_verdicts, v_bundle_of_ack)
+                                   WITH ORDINALITY u(pid, grp, verdict, bb, n)
+                             WHERE u.bb = b);
+  END LOOP;
+  -- Refused by its marker: a live row under the key (its lock is held).
+  FOR b, k IN
+    SELECT u.b, u.n FROM unnest(a_ns, a_key, v_bundle_of_kv) WITH ORDINALITY u(ns, key, b, n)
+     WHERE EXISTS (SELECT 1 FROM queen.kv t WHERE t.ns = u.ns AND t.key = u.key
+                      AND (t.expires_at IS NULL OR t.expires_at > now()))
+  LOOP
+    IF v_answers[b] IS NULL THEN
+      v_answers[b] := queen.kv_precondition_refusal(p_tx_ids[b], p_slot_counts[b], a_key[k],
+        (SELECT queen.kv_refused(a_key[k], 'exists', t) FROM queen.kv t WHERE t.ns = a_ns[k] AND t.key = a_key[k]));
+    END IF;
+  END LOOP;
+  SELECT coalesce(array_agg(n::integer), '{}') INTO v_accepted
+    FROM generate_series(1, v_n) n WHERE v_answers[n] IS NULL;
+  SELECT array_agg(v_answers[n] IS NOT NULL ORDER BY n) INTO refused FROM generate_series(1, v_n) n;
+
+  -- The accepted bundles' acks, in one statement.
+  PERFORM queen.ack_completions(array_agg(u.txid), array_agg(u.pid), array_agg(u.grp), array_agg(u.seq),
+                                array_agg(u.verdict), array_agg(u.b))
+     FROM unnest(p_ack_txids, p_ack_pids, p_ack_groups, v_seqs, v_verdicts, v_bundle_of_ack)
+          u(txid, pid, grp, seq, verdict, b)
+    WHERE u.b = ANY (v_accepted)
+   HAVING count(*) > 0;
+  -- Their markers, in one statement, and each bundle's answer.
+  WITH marked AS (
+    INSERT INTO queen.kv AS t (ns, key, value, version, expires_at, updated_at)
+    SELECT u.ns, u.key, u.value, nextval('queen.kv_version_seq'), queen.kv_expiry(u.ttl, u.forever), now()
+      FROM unnest(a_ns, a_key, a_value, a_ttl, a_forever, v_bundle_of_kv) u(ns, key, value, ttl, forever, b)
+     WHERE u.b = ANY (v_accepted)
+    ON CONFLICT (ns, key) DO UPDATE
+      SET value = EXCLUDED.value, version = EXCLUDED.version,
+          expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at
+      WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
+    RETURNING t.ns, t.key, t.value, t.version
+  ), kv_results AS (
+    SELECT u.b, queen.tx_kv_result(p_slot_counts[u.b], 'putIfAbsent',
+             jsonb_build_object('applied', true, 'key', m.key, 'value', m.value, 'version', m.version)) AS r
+      FROM unnest(a_ns, a_key, v_bundle_of_kv) u(ns, key, b)
+      JOIN marked m ON m.ns = u.ns AND m.key = u.key
+  ), ack_results AS (
+    SELECT u.b, jsonb_agg(queen.tx_ack_result(u.slot, u.txid, false) ORDER BY u.slot) AS r
+      FROM unnest(p_ack_slots, p_ack_txids, v_bundle_of_ack) u(slot, txid, b)
+     WHERE u.b = ANY (v_accepted)
+     GROUP BY u.b
+  )
+  SELECT array_agg(coalesce(v_answers[n],
+           queen.tx_answer(p_tx_ids[n], coalesce(a.r, '[]'::jsonb)
+                                        || coalesce(jsonb_build_array(kr.r), '[]'::jsonb))::text) ORDER BY n)
+    INTO answers
+    FROM generate_series(1, v_n) n
+    LEFT JOIN ack_results a ON a.b = n
+    LEFT JOIN kv_results kr ON kr.b = n;
 END $$;
