@@ -428,8 +428,9 @@ BEGIN
     INTO v_ok
     FROM (SELECT p.id AS pid, coalesce(nullif(u.grp, ''), '__QUEUE_MODE__') AS g
             FROM unnest(p_queues, p_partitions, p_groups) u(queue, part, grp)
-            JOIN queen.queues q0 ON q0.name = u.queue
-            JOIN queen.partitions p ON p.queue_id = q0.id AND p.name = u.part
+            CROSS JOIN LATERAL (SELECT q0.* FROM queen.queues q0 WHERE q0.name = u.queue) q0
+            CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
+                                 WHERE p.queue_id = q0.id AND p.name = u.part) p
            WHERE q0.ttl = 0 AND q0.window_buffer = 0 AND q0.delayed_processing = 0
              AND (q0.encryption_key_id IS NULL OR q0.encryption_key_id = p_key_id)
              AND EXISTS (SELECT 1 FROM queen.consumer_groups cg
@@ -445,23 +446,26 @@ BEGIN
   v_answers := array_fill(NULL::text, ARRAY[v_n]);
   FOR r IN
     WITH members AS (
-      SELECT u.ord, q0 AS qrow, q0.id AS qid, q0.name AS qname, q0.retry_delay, p.id AS pid, p.name AS pname,
-             coalesce(nullif(u.grp, ''), '__QUEUE_MODE__') AS g, u.batch,
-             coalesce(u.lsecs, q0.lease_time) AS lsecs, queen.lease_id_for(q0.id) AS lease
+      SELECT u.ord, qq.q0 AS qrow, (qq.q0).id AS qid, (qq.q0).name AS qname, (qq.q0).retry_delay, p.id AS pid,
+             p.name AS pname, coalesce(nullif(u.grp, ''), '__QUEUE_MODE__') AS g, u.batch,
+             coalesce(u.lsecs, (qq.q0).lease_time) AS lsecs, queen.lease_id_for((qq.q0).id) AS lease
         FROM unnest(p_queues, p_partitions, p_groups, p_batches, p_lease_seconds)
              WITH ORDINALITY u(queue, part, grp, batch, lsecs, ord)
-        JOIN queen.queues q0 ON q0.name = u.queue
-        JOIN queen.partitions p ON p.queue_id = q0.id AND p.name = u.part
+        -- Lateral lookups: index probes per member whatever the tables'
+        -- sizes were when the generic plan was made.
+        CROSS JOIN LATERAL (SELECT q0 FROM queen.queues q0 WHERE q0.name = u.queue) qq
+        CROSS JOIN LATERAL (SELECT p.id, p.name FROM queen.partitions p
+                             WHERE p.queue_id = (qq.q0).id AND p.name = u.part) p
     ), claimed AS (
       SELECT m.*, c.next_seq, pt.next_seq AS head
         FROM members m
-        JOIN queen.cursors c ON c.partition_id = m.pid AND c.consumer_group = m.g
-        JOIN queen.partitions pt ON pt.id = m.pid
-       WHERE (c.lease_expires_at IS NULL
-              OR c.lease_expires_at <= now() - make_interval(secs => m.retry_delay / 1000.0))
-         AND (c.retry_at IS NULL OR c.retry_at <= now())
-       ORDER BY m.pid, m.g
-         FOR UPDATE OF c SKIP LOCKED
+        CROSS JOIN LATERAL (SELECT c.next_seq FROM queen.cursors c
+                             WHERE c.partition_id = m.pid AND c.consumer_group = m.g
+                               AND (c.lease_expires_at IS NULL
+                                    OR c.lease_expires_at <= now() - make_interval(secs => m.retry_delay / 1000.0))
+                               AND (c.retry_at IS NULL OR c.retry_at <= now())
+                               FOR UPDATE OF c SKIP LOCKED) c
+        CROSS JOIN LATERAL (SELECT pt.next_seq FROM queen.partitions pt WHERE pt.id = m.pid) pt
     )
     SELECT cl.ord, cl.qrow, cl.qname, cl.pid, cl.pname, cl.g, cl.lease, cl.lsecs, cl.batch, b.batch AS msgs, b.n, b.last
       FROM claimed cl

@@ -35,7 +35,10 @@ LANGUAGE sql STABLE AS $$
                       ELSE 'ok' END AS verdict
             FROM unnest(p_txids, p_pids, p_statuses, p_leases, p_groups)
                  WITH ORDINALITY u(txid, pid, status, lease, grp, ord)
-            LEFT JOIN queen.cursors c ON c.partition_id = u.pid AND c.consumer_group = u.grp
+            -- Lateral lookups: an index probe per item whatever the tables'
+            -- sizes were when the generic plan was made.
+            LEFT JOIN LATERAL (SELECT c.* FROM queen.cursors c
+                                WHERE c.partition_id = u.pid AND c.consumer_group = u.grp) c ON true
             LEFT JOIN LATERAL (SELECT m.seq FROM queen.messages m
                                 WHERE m.partition_id = u.pid AND m.transaction_id = u.txid
                                 ORDER BY m.seq DESC LIMIT 1) m ON true) v
@@ -99,7 +102,8 @@ BEGIN
               FROM unnest(p_pids, p_groups, p_seqs, p_verdicts) u(pid, grp, seq, verdict)
              WHERE u.verdict = 'ok'
              GROUP BY u.pid, u.grp) d
-      JOIN queen.cursors c ON c.partition_id = d.pid AND c.consumer_group = d.grp
+      CROSS JOIN LATERAL (SELECT c.lease_id, c.batch_end FROM queen.cursors c
+                           WHERE c.partition_id = d.pid AND c.consumer_group = d.grp) c
   ), moved AS (
     UPDATE queen.cursors c SET next_seq = d.next,
            retry_count = CASE WHEN d.released THEN 0 ELSE c.retry_count END,

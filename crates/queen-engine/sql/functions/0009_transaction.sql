@@ -248,6 +248,7 @@ DECLARE
   v_bundle_of_kv integer[];
   v_verdicts text[];
   v_seqs bigint[];
+  v_leases text[];
   v_answers text[];
   v_accepted integer[];
 BEGIN
@@ -268,11 +269,12 @@ BEGIN
   END IF;
 
   -- The acks' verdicts, each under its own lease or its bundle's lent one.
+  -- (Into a variable first: a sub-select among its arguments would keep
+  -- ack_verdicts from being inlined, and it would be planned at every call.)
+  SELECT array_agg(coalesce(nullif(u.lease, ''), p_lent_leases[u.b]) ORDER BY u.n) INTO v_leases
+    FROM unnest(p_ack_leases, v_bundle_of_ack) WITH ORDINALITY u(lease, b, n);
   SELECT v.verdicts, v.seqs INTO v_verdicts, v_seqs
-    FROM queen.ack_verdicts(p_ack_txids, p_ack_pids, p_ack_statuses,
-           (SELECT array_agg(coalesce(nullif(u.lease, ''), p_lent_leases[u.b]) ORDER BY u.n)
-              FROM unnest(p_ack_leases, v_bundle_of_ack) WITH ORDINALITY u(lease, b, n)),
-           p_ack_groups, NULL) v;
+    FROM queen.ack_verdicts(p_ack_txids, p_ack_pids, p_ack_statuses, v_leases, p_ack_groups, NULL) v;
   v_answers := array_fill(NULL::text, ARRAY[v_n]);
   -- Refused by an ack: the first cursor of the bundle with a refused item.
   FOR b IN SELECT DISTINCT u.b FROM unnest(v_verdicts, v_bundle_of_ack) u(verdict, b) WHERE u.verdict <> 'ok' LOOP
@@ -283,10 +285,13 @@ BEGIN
                              WHERE u.bb = b);
   END LOOP;
   -- Refused by its marker: a live row under the key (its lock is held).
+  -- (A scalar sub-select per key: an index probe whatever the table's size
+  -- was when the generic plan was made; a join here became a hash join over
+  -- a sequential scan of queen.kv once the table grew.)
   FOR b, k IN
     SELECT u.b, u.n FROM unnest(a_ns, a_key, v_bundle_of_kv) WITH ORDINALITY u(ns, key, b, n)
-     WHERE EXISTS (SELECT 1 FROM queen.kv t WHERE t.ns = u.ns AND t.key = u.key
-                      AND (t.expires_at IS NULL OR t.expires_at > now()))
+     WHERE (SELECT true FROM queen.kv t WHERE t.ns = u.ns AND t.key = u.key
+               AND (t.expires_at IS NULL OR t.expires_at > now()))
   LOOP
     IF v_answers[b] IS NULL THEN
       v_answers[b] := queen.kv_precondition_refusal(p_tx_ids[b], p_slot_counts[b], a_key[k],
