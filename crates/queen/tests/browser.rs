@@ -223,6 +223,8 @@ async fn with_auth_on_the_browser_logs_in_and_a_read_only_session_has_no_buttons
     let token = c.find(Locator::Css("input[name='token']")).await.unwrap();
     token.send_keys("not-a-token").await.unwrap();
     c.find(Locator::Css("form[action='/dashboard/login'] button")).await.unwrap().click().await.unwrap();
+    // Waits: the click returns before the next page has loaded.
+    c.wait().for_element(Locator::Css("p.err")).await.expect("the refusal on the login form");
     c.find(Locator::Css("input[name='token']")).await.expect("the login form again");
     assert!(c.source().await.unwrap().contains("not accepted"));
 
@@ -230,7 +232,7 @@ async fn with_auth_on_the_browser_logs_in_and_a_read_only_session_has_no_buttons
     let token = c.find(Locator::Css("input[name='token']")).await.unwrap();
     token.send_keys("viewer-token-0123456789").await.unwrap();
     c.find(Locator::Css("form[action='/dashboard/login'] button")).await.unwrap().click().await.unwrap();
-    c.find(Locator::Id("ov-total")).await.expect("the overview after login");
+    c.wait().for_element(Locator::Id("ov-total")).await.expect("the overview after login");
     assert_eq!(text(&c, "ov-total").await, "1");
     c.goto(&b.url("/dashboard/dlq")).await.unwrap();
     c.find(Locator::Css("main h1")).await.unwrap();

@@ -330,3 +330,105 @@ async fn large_pushes_from_many_clients_take_turns_and_all_land() {
     }
     assert_eq!(b.scalar("SELECT count(*) FROM queen.messages").await, 4 * 1200 + 16);
 }
+
+/// The ready-lane invariant under races: pushes spread over lanes while
+/// queue-wide consumers drain them (and remove the ready rows of the lanes
+/// they find drained). A push leaves an existing ready row alone and
+/// inserts one only for cursors that had drained the lane; whatever the
+/// interleaving, a lane with a backlog keeps its row, so queue-wide pops
+/// deliver every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_spread_pushes_and_draining_pops_never_hide_a_lane() {
+    let b = TestBroker::start().await;
+    let options = EngineOptions { kv_sweep_interval: None, ..EngineOptions::default() };
+    let engine = Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"));
+    // Register the group first, so that every lane gets its cursor.
+    let first = PopRequest {
+        queue: "race".into(),
+        consumer_group: Some("g".into()),
+        batch: 1,
+        partitions: 1,
+        ..PopRequest::default()
+    };
+    assert!(engine.pop(&first).await.expect("pop").is_none());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let consumed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let consumer = |engine: Arc<Engine>,
+                    stop: Arc<std::sync::atomic::AtomicBool>,
+                    consumed: Arc<std::sync::atomic::AtomicUsize>| async move {
+        loop {
+            let req = PopRequest { batch: 5, ..first_request() };
+            if let Some(popped) = engine.pop(&req).await.expect("pop") {
+                let popped: Value = serde_json::from_str(&popped.0).expect("json");
+                let acks: Vec<Value> = popped["messages"]
+                    .as_array()
+                    .expect("messages")
+                    .iter()
+                    .map(|m| {
+                        json!({"transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                                    "leaseId": m["leaseId"]})
+                    })
+                    .collect();
+                consumed.fetch_add(acks.len(), std::sync::atomic::Ordering::SeqCst);
+                engine.ack(&Value::Array(acks).to_string(), Some("g")).await.expect("ack");
+            } else if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+        }
+    };
+    let consumers: Vec<_> =
+        (0..4).map(|_| tokio::spawn(consumer(engine.clone(), stop.clone(), consumed.clone()))).collect();
+    let mut pushed = 0;
+    for round in 0..60 {
+        let pushes: Vec<String> = (0..4)
+            .map(|w| {
+                let items: Vec<Value> = (0..10)
+                    .map(|i| {
+                        json!({"queue": "race", "partition": format!("p{}", (round * 7 + w * 3 + i * 5) % 24),
+                               "transactionId": format!("r{round}-w{w}-i{i}"), "payload": {"i": i}})
+                    })
+                    .collect();
+                Value::Array(items).to_string()
+            })
+            .collect();
+        pushed += 40;
+        for answer in all_at_once(pushes, |body| {
+            let engine = engine.clone();
+            async move { engine.push(&body).await }
+        })
+        .await
+        {
+            answer.expect("push");
+        }
+    }
+    // Every lane with a backlog has its ready row, then everything drains.
+    let hidden = b
+        .scalar(
+            "SELECT count(*) FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
+              WHERE c.consumer_group = 'g' AND c.next_seq < p.next_seq
+                AND NOT EXISTS (SELECT 1 FROM queen.ready_lanes r
+                                 WHERE r.partition_id = c.partition_id AND r.consumer_group = 'g')",
+        )
+        .await;
+    assert_eq!(hidden, 0, "a lane with a backlog lost its ready row");
+    common::eventually(Duration::from_secs(20), "every pushed message consumed", || {
+        let consumed = consumed.clone();
+        async move { (consumed.load(std::sync::atomic::Ordering::SeqCst) >= pushed).then_some(()) }
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    for c in consumers {
+        c.await.expect("consumer");
+    }
+    assert_eq!(consumed.load(std::sync::atomic::Ordering::SeqCst), pushed, "each message once");
+}
+
+fn first_request() -> PopRequest {
+    PopRequest {
+        queue: "race".into(),
+        consumer_group: Some("g".into()),
+        batch: 1,
+        partitions: 1,
+        ..PopRequest::default()
+    }
+}
