@@ -375,12 +375,12 @@ async def test_seek_moves_the_group(q):
     await create_queue(q, name)
     await push(q, name, [{"i": i} for i in range(3)])
     assert len(await drain(q, name, expect=3, group=group, mode="all")) == 3
-    assert await pop(q, name, group=group) == []
+    assert await pop(q, name, mode="all", group=group) == []
 
     # Back to an hour ago: the whole history is delivered again.
     back = await q.admin.seek_consumer_group(group, name, {"timestamp": iso(-3600)})
     assert back["success"] is True and back["partitionsUpdated"] == 1 and back["seekToEnd"] is False
-    replay = await pop(q, name, group=group, batch=10)
+    replay = await pop(q, name, mode="all", group=group, batch=10)
     assert [m["data"] for m in replay] == [{"i": 0}, {"i": 1}, {"i": 2}]
     lag = (await q.admin.get_consumer_group(group))[0]["partitions"][0]
     assert lag["offsetLag"] == 3 and lag["leaseActive"] is True
@@ -388,11 +388,11 @@ async def test_seek_moves_the_group(q):
     # To the end: the open lease is dropped and nothing is left to deliver.
     end = await q.admin.seek_consumer_group(group, name, {"toEnd": True})
     assert end["success"] is True and end["seekToEnd"] is True
-    assert await pop(q, name, group=group, batch=10) == []
+    assert await pop(q, name, mode="all", group=group, batch=10) == []
     lag = (await q.admin.get_consumer_group(group))[0]["partitions"][0]
     assert lag["offsetLag"] == 0 and lag["leaseActive"] is False
     await push(q, name, [{"i": 3}])
-    assert [m["data"] for m in await pop(q, name, group=group, batch=10)] == [{"i": 3}]
+    assert [m["data"] for m in await pop(q, name, mode="all", group=group, batch=10)] == [{"i": 3}]
 
 
 @aiotest

@@ -264,7 +264,7 @@ async def test_fifo_with_concurrent_consumers_in_one_group(q):
         .consume(handler)
     )
     assert seen == list(range(n)), f"out of order or lost: {seen}"
-    assert await pop(q, name, group=group) == []
+    assert await pop(q, name, mode="all", group=group) == []
 
 
 @aiotest
@@ -279,8 +279,8 @@ async def test_consumer_groups_each_see_every_message(q):
     assert [m["data"]["i"] for m in b] == list(range(5))
     assert all(m.get("consumerGroup", g1) == g1 for m in a)
     # Both groups are at the end now.
-    assert await pop(q, name, group=g1) == []
-    assert await pop(q, name, group=g2) == []
+    assert await pop(q, name, mode="all", group=g1) == []
+    assert await pop(q, name, mode="all", group=g2) == []
 
 
 @aiotest
@@ -294,7 +294,7 @@ async def test_workers_in_one_group_compete(q):
     # The partition is leased to the first worker for this group.
     assert await pop(q, name, group=group, mode="all") == []
     assert (await q.ack(first, True, {"group": group}))["success"]
-    assert await pop(q, name, group=group) == []
+    assert await pop(q, name, mode="all", group=group) == []
 
 
 @aiotest
@@ -310,7 +310,7 @@ async def test_queue_mode_is_independent_of_groups(q):
     assert [m["data"]["i"] for m in qm] == [0, 1, 2]
     assert (await q.ack(qm))["success"]
     # And consuming in queue mode does not move the group's cursor back.
-    assert await pop(q, name, group=billing) == []
+    assert await pop(q, name, mode="all", group=billing) == []
 
 
 @aiotest

@@ -59,7 +59,7 @@ async def test_a_tumbling_window_counts_exactly(q):
         qid,
     )
     try:
-        out = await drain(q, dst, expect=1, group="verify", timeout=20)
+        out = await drain(q, dst, expect=1, mode="all", group="verify", timeout=20)
         emitted = out[0]["data"]
         assert emitted["count"] == 30 and emitted["sum"] == sum(range(30)), emitted
         assert r.metrics().get("errorsTotal", 0) == 0, r.metrics()
@@ -76,9 +76,9 @@ async def test_a_running_total_reads_the_state_of_every_earlier_cycle(q):
                   qid, batch_size=7)
     try:
         await push(q, src, [{"amount": i} for i in range(1, 21)])
-        got = await drain(q, dst, expect=20, group="verify", timeout=20)
+        got = await drain(q, dst, expect=20, mode="all", group="verify", timeout=20)
         assert [m["data"]["total"] for m in got] == list(itertools.accumulate(range(1, 21)))
-        pid = (await pop(q, src, batch=1, group="probe"))[0]["partitionId"]
+        pid = (await pop(q, src, batch=1, group="probe", mode="all"))[0]["partitionId"]
         assert await state_rows(r, pid) == [(pid, {"total": 210})], "a gate keys its state by the partition"
     finally:
         await r.stop()
@@ -101,9 +101,9 @@ async def test_a_cycle_on_a_stale_lease_rolls_back_state_emits_and_ack(q):
                   .to(q.queue(dst)), qid, on_error=lambda e, ctx: errors.append(e))
     try:
         await push(q, src, [{"amount": i} for i in range(1, 6)])
-        got = await drain(q, dst, expect=5, group="verify", timeout=20)
+        got = await drain(q, dst, expect=5, mode="all", group="verify", timeout=20)
         await asyncio.sleep(0.5)
-        assert await pop(q, dst, group="verify") == [], "nothing emitted twice"
+        assert await pop(q, dst, mode="all", group="verify") == [], "nothing emitted twice"
         assert [m["data"]["total"] for m in got] == [1, 3, 6, 10, 15], "the refused cycle left no state"
         assert any(isinstance(e, StreamsCycleFailed) and "lease" in str(e) for e in errors), errors
     finally:
@@ -128,9 +128,9 @@ async def test_a_runner_killed_mid_stream_and_restarted_emits_each_message_once(
     again = await asyncio.create_subprocess_exec(sys.executable, CHILD, QUEEN_URL, src, dst, qid,
                                                  stdout=asyncio.subprocess.DEVNULL)
     try:
-        got = await drain(q, dst, expect=200, group="verify", timeout=40)
+        got = await drain(q, dst, expect=200, mode="all", group="verify", timeout=40)
         await asyncio.sleep(2.5)  # past the killed runner's lease
-        assert await pop(q, dst, group="verify") == [], "nothing emitted twice"
+        assert await pop(q, dst, mode="all", group="verify") == [], "nothing emitted twice"
         assert [m["data"]["i"] for m in got] == list(range(200))
     finally:
         again.kill()

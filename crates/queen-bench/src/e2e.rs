@@ -402,7 +402,7 @@ async fn consumer(
     // Microseconds.
     let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)?;
     let url = format!(
-        "/api/v1/pop/queue/{QUEUE}?batch={POP_BATCH}&consumerGroup=g&wait=true&timeout={POP_WAIT_MS}"
+        "/api/v1/pop/queue/{QUEUE}?batch={POP_BATCH}&consumerGroup=g&subscriptionMode=all&wait=true&timeout={POP_WAIT_MS}"
     );
     while !stop.load(Ordering::Relaxed) {
         let popped = match http.get(&url).await {

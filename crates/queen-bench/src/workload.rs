@@ -525,7 +525,7 @@ impl Workload {
                         rng.next() % u64::from(partitions.max(1))
                     ),
                     Workload::Fanout { groups } => format!(
-                        "/api/v1/pop/queue/bench-fan?batch=10&wait=false&consumerGroup=g{}",
+                        "/api/v1/pop/queue/bench-fan?batch=10&wait=false&subscriptionMode=all&consumerGroup=g{}",
                         client_id % groups.max(1) as usize
                     ),
                     _ => format!("/api/v1/pop/queue/{POP_QUEUE}/partition/p{client_id}?batch=1&wait=false"),

@@ -292,7 +292,7 @@ async fn consumer_groups_list_detail_and_lag<B: Broker>(queen: Queen<B>) {
     assert!(queen.lagging_groups(Duration::from_secs(3600)).await.unwrap().is_empty());
 
     // A group may be named like the `lagging` route; its detail is its own.
-    let named = q.clone().group("lagging");
+    let named = q.clone().group("lagging").subscription(Subscription::All);
     assert_eq!(named.pop().batch(1).auto_ack().fetch().await.unwrap().len(), 1);
     let detail = queen.consumer_group("lagging").await.unwrap();
     assert_eq!(detail.len(), 1, "{detail:?}");

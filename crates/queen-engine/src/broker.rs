@@ -90,6 +90,48 @@ pub struct EngineOptions {
     /// The key of encryption at rest (`QUEEN_ENCRYPTION_KEY`); without it,
     /// encrypted queues can be neither configured nor pushed to nor read.
     pub encryption_key: Option<EncryptionKey>,
+    /// Where a consumer group starts when its first pop names no
+    /// `subscriptionMode` or `subscriptionFrom` (`DEFAULT_SUBSCRIPTION_MODE`).
+    pub default_subscription_mode: SubscriptionMode,
+}
+
+/// The consumer groups of streams runners: `streams.<query id>`.
+pub const STREAMS_GROUP_PREFIX: &str = "streams.";
+
+/// Where a new consumer group starts reading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SubscriptionMode {
+    /// From the first message still in the queue (`all`, `from_beginning`).
+    All,
+    /// After the last message pushed before the group's first pop, in every
+    /// partition (Queen 1.6's default).
+    #[default]
+    New,
+}
+
+impl SubscriptionMode {
+    /// The name the pop routes and `DEFAULT_SUBSCRIPTION_MODE` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SubscriptionMode::All => "all",
+            SubscriptionMode::New => "new",
+        }
+    }
+}
+
+impl std::str::FromStr for SubscriptionMode {
+    type Err = String;
+
+    /// Queen's spellings; an empty value is Queen's old default, `all`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "" | "all" | "from_beginning" => Ok(SubscriptionMode::All),
+            "new" | "new-only" | "new_only" => Ok(SubscriptionMode::New),
+            other => Err(format!(
+                "unknown subscription mode {other:?}: expected all, from_beginning, new or new-only"
+            )),
+        }
+    }
 }
 
 impl Default for EngineOptions {
@@ -113,6 +155,7 @@ impl Default for EngineOptions {
             retention_sweep_batch: 1000,
             encryption_key: None,
             advertise_url: None,
+            default_subscription_mode: SubscriptionMode::default(),
         }
     }
 }
@@ -149,6 +192,24 @@ impl PopRequest {
     /// A pop across the queues of a namespace and/or task, not one queue.
     pub fn is_by_tag(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// This pop with the broker's default start filled in, when it names a
+    /// consumer group but neither a mode nor a start: the start of a group
+    /// is fixed by its first pop, so the default applies there only (the
+    /// SQL ignores it for a registered group). `None`: use the pop as it is.
+    ///
+    /// A streams runner's group (`streams.<query>`) starts at the oldest
+    /// message whatever the default: its runner sends no mode and its users
+    /// push before they run (README, "Upgrading from Queen 1.x").
+    fn with_default_subscription(&self, default: SubscriptionMode) -> Option<PopRequest> {
+        let unset = |v: &Option<String>| v.as_deref().is_none_or(str::is_empty);
+        let group = self.consumer_group.as_deref().filter(|g| *g != QUEUE_MODE)?;
+        if !unset(&self.subscription_mode) || !unset(&self.subscription_from) {
+            return None;
+        }
+        let mode = if group.starts_with(STREAMS_GROUP_PREFIX) { SubscriptionMode::All } else { default };
+        Some(PopRequest { subscription_mode: Some(mode.as_str().to_owned()), ..self.clone() })
     }
 
     /// The long-poll waiters this pop waits with.
@@ -517,6 +578,8 @@ impl Engine {
 
     /// One pop attempt; `None` when nothing is deliverable now.
     pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
+        let defaulted = req.with_default_subscription(self.options.default_subscription_mode);
+        let req = defaulted.as_ref().unwrap_or(req);
         let key_id = self.encryption_key().map(EncryptionKey::id);
         let answer = if req.is_by_tag() {
             // A pop by namespace/task names tags where a queue pop names its

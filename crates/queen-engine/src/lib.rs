@@ -40,7 +40,7 @@ mod wire;
 pub use ack::{decode_ack_items, AckItem};
 pub use admin::QueueDepth;
 pub use batch::{BatchKind, BatchSizes, BATCH_SIZE_BOUNDS};
-pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, QUEUE_MODE};
+pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, SubscriptionMode, QUEUE_MODE};
 pub use brokers::{
     process_rss_bytes, TrafficMinute, TrafficTotals, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS,
 };

@@ -166,6 +166,11 @@ struct ServeArgs {
     /// AES-256 key. Every broker on the database needs the same one.
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
     encryption_key: Option<String>,
+    /// Where a consumer group starts when its first pop names no subscriptionMode or
+    /// subscriptionFrom: `new` (Queen 1.6's default: only messages pushed after that pop) or
+    /// `all` (from the oldest message still in the queue; an empty value means `all`).
+    #[arg(long, env = "DEFAULT_SUBSCRIPTION_MODE", default_value = "new")]
+    default_subscription_mode: queen_engine::SubscriptionMode,
     /// Milliseconds between retention sweeps (queue options retentionSeconds,
     /// completedRetentionSeconds, maxWaitTimeSeconds); 0: this broker sweeps none.
     #[arg(long, env = "QUEEN_RETENTION_SWEEP_INTERVAL_MS", default_value_t = 10_000)]
@@ -342,6 +347,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         retention_sweep_interval: (args.retention_sweep_interval_ms > 0)
             .then(|| Duration::from_millis(args.retention_sweep_interval_ms)),
         retention_sweep_batch: args.retention_sweep_batch.max(1),
+        default_subscription_mode: args.default_subscription_mode,
         advertise_url: Some(args.advertise_url.clone().unwrap_or_else(|| {
             let host =
                 if args.host == "0.0.0.0" || args.host == "::" { "127.0.0.1" } else { args.host.as_str() };

@@ -260,7 +260,7 @@ async fn batch_ack_of_1000_items_settles_a_1000_message_pop() {
 async fn batch_ack_top_level_consumer_group_applies_to_every_item() {
     let b = TestBroker::start().await;
     b.push_txids("grouped", "Default", &txids("t", 2)).await;
-    let g = b.pop_some("grouped", "batch=2&consumerGroup=billing").await;
+    let g = b.pop_some("grouped", "batch=2&subscriptionMode=all&consumerGroup=billing").await;
     let q = b.pop_some("grouped", "batch=2").await;
     let acks: Vec<Value> = msgs(&g).iter().map(|m| item(m, "completed")).collect();
     let res = b.ack_batch(json!(acks), Some("billing")).await;

@@ -173,7 +173,7 @@ async fn depth_counts_only_visible_messages_not_done_for_queue_mode() {
     assert_eq!(b.ack(&popped["messages"][0], "completed", None).await["success"], true);
     assert_eq!(depth(&b, "plain").await["depth"], 2);
     // A named group's progress does not change the queue-mode depth.
-    b.pop_some("plain", "batch=10&consumerGroup=g&autoAck=true").await;
+    b.pop_some("plain", "batch=10&subscriptionMode=all&consumerGroup=g&autoAck=true").await;
     assert_eq!(depth(&b, "plain").await["depth"], 2);
 
     // Fresh messages of a delayed queue are not visible yet.
@@ -344,7 +344,7 @@ async fn message_detail_shows_a_live_lease_and_every_group() {
     assert_eq!(groups[0]["consumed"], false, "{m}");
     assert!(groups[0]["leaseExpiresAt"].is_string(), "{m}");
 
-    b.pop_some("leased", "batch=1&consumerGroup=audit&autoAck=true").await;
+    b.pop_some("leased", "batch=1&subscriptionMode=all&consumerGroup=audit&autoAck=true").await;
     let m = get_ok(&b, &format!("/api/v1/messages/{pid}/x")).await;
     let groups = m["consumerGroups"].as_array().unwrap();
     assert_eq!(groups.len(), 2, "{m}");
@@ -455,7 +455,7 @@ async fn consumer_groups_list_detail_and_lagging() {
     let b = TestBroker::start().await;
     b.push("cg", "Default", &[("a", json!(1)), ("b", json!(2)), ("c", json!(3))]).await;
     // billing consumes everything; queue mode consumes one of three.
-    let popped = b.pop_some("cg", "batch=10&consumerGroup=billing").await;
+    let popped = b.pop_some("cg", "batch=10&subscriptionMode=all&consumerGroup=billing").await;
     let acks: Vec<Value> = popped["messages"]
         .as_array()
         .unwrap()
@@ -607,7 +607,7 @@ async fn pop_maintenance_answers_204_with_messages_waiting() {
     assert_eq!(get_ok(&b, "/api/v1/system/maintenance/pop").await["popMaintenanceMode"], true);
 
     b.pop_none("pm", "batch=10").await;
-    b.pop_none("pm", "batch=10&consumerGroup=g").await;
+    b.pop_none("pm", "batch=10&subscriptionMode=all&consumerGroup=g").await;
     let b2 = TestBroker::on(&b.db).await;
     b2.pop_none("pm", "batch=10").await;
     let (code, _) = b.get("/api/v1/pop/queue/pm?wait=true&timeout=300").await;

@@ -225,7 +225,11 @@ async fn batched_pops_of_two_groups_each_see_every_message() {
         let requests: Vec<PopRequest> = (0..32)
             .map(|i| {
                 let group = if i % 2 == 0 { "a" } else { "b" };
-                PopRequest { consumer_group: Some(group.into()), ..pop_of("groups", 5, true) }
+                PopRequest {
+                    consumer_group: Some(group.into()),
+                    subscription_mode: Some("all".into()),
+                    ..pop_of("groups", 5, true)
+                }
             })
             .collect();
         for a in pop_all(&engine, requests).await {

@@ -537,6 +537,7 @@ async fn leased(b: &TestBroker, engine: &Engine, queue: &str, partitions: usize,
     let req = PopRequest {
         queue: queue.into(),
         consumer_group: Some("g".into()),
+        subscription_mode: Some("all".into()),
         batch: (partitions * per) as i32,
         partitions: partitions as i32,
         ..PopRequest::default()

@@ -163,7 +163,7 @@ async fn consumer(
     stop: Arc<AtomicBool>,
 ) {
     let pop = format!(
-        "/api/v1/pop/queue/{QUEUE}?batch=1&wait=true&timeout=500&leaseSeconds={LEASE_SECONDS}&consumerGroup={group}"
+        "/api/v1/pop/queue/{QUEUE}?batch=1&wait=true&timeout=500&leaseSeconds={LEASE_SECONDS}&subscriptionMode=all&consumerGroup={group}"
     );
     while !stop.load(SeqCst) {
         let m = match api.http.get(api.url(&pop)).send().await {

@@ -97,7 +97,7 @@ async fn every_page_answers_with_the_numbers_of_the_json_api() {
     b.push("dq", "p1", &[("a", json!(1)), ("b", json!(2))]).await;
     b.push("dq", "p2", &[("c", json!(3))]).await;
     // A consumer group with lag.
-    b.pop_some("dq", "batch=1&consumerGroup=g1").await;
+    b.pop_some("dq", "batch=1&subscriptionMode=all&consumerGroup=g1").await;
 
     let overview = json_ok(&b, "/api/v1/resources/overview").await;
     let home = get(&b, "/", None).await;
@@ -429,7 +429,7 @@ async fn kv_pages_list_namespaces_prefix_pages_and_values() {
 async fn seek_moves_a_group_to_the_end_from_the_groups_page() {
     let b = TestBroker::start().await;
     b.push("sq", "p", &[("a", json!(1)), ("b", json!(2)), ("c", json!(3))]).await;
-    let popped = b.pop_some("sq", "batch=1&consumerGroup=late").await;
+    let popped = b.pop_some("sq", "batch=1&subscriptionMode=all&consumerGroup=late").await;
     b.ack(&popped["messages"][0], "completed", Some("late")).await;
     let lag = |groups: &Value| {
         groups.as_array().unwrap().iter().find(|g| g["name"] == "late").unwrap()["totalLag"].as_i64().unwrap()
@@ -533,7 +533,7 @@ async fn consumer_groups_are_paged_by_keyset() {
     let b = TestBroker::start().await;
     b.push("gq", "Default", &[("m", json!(1))]).await;
     for i in 0..51 {
-        b.pop_some("gq", &format!("batch=1&consumerGroup=g{i:02}")).await;
+        b.pop_some("gq", &format!("batch=1&subscriptionMode=all&consumerGroup=g{i:02}")).await;
     }
     let first = get(&b, "/dashboard/groups", None).await;
     assert_eq!(first.status, 200, "{}", first.body);
@@ -631,7 +631,7 @@ async fn a_queue_page_pages_its_partitions_with_each_groups_lag_and_lease_holder
         .collect();
     b.push_items(json!(items)).await;
     // A consumer group leases p00; queue mode consumes nothing.
-    let held = b.pop_partition("wide", "p00", "batch=1&consumerGroup=billing").await;
+    let held = b.pop_partition("wide", "p00", "batch=1&subscriptionMode=all&consumerGroup=billing").await;
     assert_eq!(held.0, 200, "{}", held.1);
     let first = get(&b, "/dashboard/queues/wide", None).await;
     assert_eq!(first.status, 200, "{}", first.body);

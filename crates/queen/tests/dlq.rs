@@ -171,7 +171,7 @@ async fn dlq_listing_pages_and_filters() {
     b.push_txids("pages", "other", &txids("o", 1)).await;
     for group in [None, Some("g")] {
         let q = match group {
-            Some(g) => format!("batch=10&partitions=2&consumerGroup={g}"),
+            Some(g) => format!("batch=10&partitions=2&subscriptionMode=all&consumerGroup={g}"),
             None => "batch=10&partitions=2".to_owned(),
         };
         loop {

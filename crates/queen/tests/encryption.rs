@@ -140,7 +140,7 @@ async fn a_broker_without_the_key_or_with_another_refuses_clearly_never_answers_
         for auto_ack in [false, true] {
             let (status, body) = other
                 .get(&format!(
-                    "/api/v1/pop/queue/vault?wait=false&batch=1&consumerGroup=g{i}&autoAck={auto_ack}"
+                    "/api/v1/pop/queue/vault?wait=false&batch=1&subscriptionMode=all&consumerGroup=g{i}&autoAck={auto_ack}"
                 ))
                 .await;
             assert_eq!(status, 500, "{body}");
@@ -158,7 +158,7 @@ async fn a_broker_without_the_key_or_with_another_refuses_clearly_never_answers_
     }
     // The refused pops leased and consumed nothing: the right broker gets the message.
     for g in ["g0", "g1"] {
-        let popped = b.pop_some("vault", &format!("batch=1&consumerGroup={g}")).await;
+        let popped = b.pop_some("vault", &format!("batch=1&subscriptionMode=all&consumerGroup={g}")).await;
         assert_eq!(popped["messages"][0]["data"], secret(1));
     }
     assert!(

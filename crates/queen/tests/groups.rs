@@ -31,8 +31,8 @@ async fn every_consumer_group_sees_every_message() {
     let b = TestBroker::start().await;
     let ids = txids("m", 3);
     b.push_txids("fan", "Default", &ids).await;
-    assert_eq!(drain(&b, "fan", "g1", "").await, ids);
-    assert_eq!(drain(&b, "fan", "g2", "").await, ids);
+    assert_eq!(drain(&b, "fan", "g1", "subscriptionMode=all").await, ids);
+    assert_eq!(drain(&b, "fan", "g2", "subscriptionMode=all").await, ids);
     assert_eq!(drain(&b, "fan", "g1", "").await, Vec::<String>::new());
     b.push("fan", "Default", &[("late", json!(1))]).await;
     assert_eq!(drain(&b, "fan", "g1", "").await, ["late"]);
@@ -44,8 +44,8 @@ async fn workers_in_one_group_compete_for_partitions() {
     let b = TestBroker::start().await;
     b.push("compete", "p1", &[("a", json!(1))]).await;
     b.push("compete", "p2", &[("b", json!(1))]).await;
-    let w1 = b.pop_some("compete", "batch=10&consumerGroup=g").await;
-    let w2 = b.pop_some("compete", "batch=10&consumerGroup=g").await;
+    let w1 = b.pop_some("compete", "batch=10&subscriptionMode=all&consumerGroup=g").await;
+    let w2 = b.pop_some("compete", "batch=10&subscriptionMode=all&consumerGroup=g").await;
     assert_ne!(w1["partition"], w2["partition"]);
     b.pop_none("compete", "batch=10&consumerGroup=g").await;
     assert_eq!(w1["consumerGroup"], "g");
@@ -57,7 +57,7 @@ async fn queue_mode_is_independent_of_consumer_groups() {
     let b = TestBroker::start().await;
     let ids = txids("m", 3);
     b.push_txids("independent", "Default", &ids).await;
-    assert_eq!(drain(&b, "independent", "billing", "").await, ids);
+    assert_eq!(drain(&b, "independent", "billing", "subscriptionMode=all").await, ids);
     let q = b.pop_some("independent", "batch=10").await;
     assert_eq!(tx_ids(&q), ids, "queue mode still sees what billing consumed");
     assert_eq!(q["consumerGroup"], "__QUEUE_MODE__");
@@ -66,6 +66,63 @@ async fn queue_mode_is_independent_of_consumer_groups() {
     b2.push_txids("independent", "Default", &ids).await;
     let q = b2.pop_some("independent", "batch=10&subscriptionMode=new").await;
     assert_eq!(tx_ids(&q), ids);
+}
+
+/// Queen 1.6's default (`DEFAULT_SUBSCRIPTION_MODE=new`): a group whose
+/// first pop names no start skips what was there before it came, in every
+/// partition, and gets everything later, in lanes created later too.
+#[tokio::test]
+async fn a_new_group_starts_at_the_tail_by_default() {
+    let b = TestBroker::start().await;
+    b.push_txids("tail", "Default", &txids("history", 3)).await;
+    b.push_txids("tail", "old-lane", &txids("old", 2)).await;
+    b.pop_none("tail", "batch=100&partitions=10&consumerGroup=g").await;
+    assert_eq!(
+        b.scalar("SELECT count(*) FROM queen.consumer_groups WHERE name = 'g' AND subscription_mode = 'new'")
+            .await,
+        1,
+        "the group registered with the default start"
+    );
+    b.push_txids("tail", "old-lane", &txids("fresh", 2)).await;
+    b.push("tail", "new-lane", &[("n1", json!(1))]).await;
+    let mut got = drain(&b, "tail", "g", "").await;
+    got.sort();
+    assert_eq!(got, ["fresh-0", "fresh-1", "n1"]);
+    // An explicit mode still reads the history; queue mode is unaffected.
+    assert_eq!(drain(&b, "tail", "archive", "subscriptionMode=all").await.len(), 8);
+    assert_eq!(drain(&b, "tail", "replay", "subscriptionMode=from_beginning").await.len(), 8);
+    let q = b.pop_some("tail", "batch=100&partitions=10").await;
+    assert_eq!(tx_ids(&q).len(), 8, "queue mode reads from the beginning");
+}
+
+/// `DEFAULT_SUBSCRIPTION_MODE=all` restores the start at the beginning.
+#[tokio::test]
+async fn the_default_start_of_a_new_group_is_a_setting() {
+    let options = queen_engine::EngineOptions {
+        default_subscription_mode: queen_engine::SubscriptionMode::All,
+        ..queen_engine::EngineOptions::default()
+    };
+    let b = TestBroker::start_with_options(options).await;
+    let ids = txids("m", 3);
+    b.push_txids("setting", "Default", &ids).await;
+    assert_eq!(drain(&b, "setting", "g", "").await, ids);
+    assert_eq!(
+        b.scalar("SELECT count(*) FROM queen.consumer_groups WHERE name = 'g' AND subscription_mode = 'all'")
+            .await,
+        1
+    );
+    // An explicit `new` still wins over the default.
+    assert_eq!(drain(&b, "setting", "h", "subscriptionMode=new").await, Vec::<String>::new());
+    // The parser takes Queen's spellings; an empty value is Queen's old default.
+    for (text, mode) in [
+        ("", queen_engine::SubscriptionMode::All),
+        ("from_beginning", queen_engine::SubscriptionMode::All),
+        ("NEW", queen_engine::SubscriptionMode::New),
+        ("new-only", queen_engine::SubscriptionMode::New),
+    ] {
+        assert_eq!(text.parse::<queen_engine::SubscriptionMode>(), Ok(mode), "{text:?}");
+    }
+    assert!("latest".parse::<queen_engine::SubscriptionMode>().is_err());
 }
 
 #[tokio::test]
@@ -150,8 +207,8 @@ async fn deleting_a_consumer_group_lets_it_register_afresh() {
     let ids = txids("m", 3);
     b.push_txids("del", "Default", &ids).await;
     b.push_txids("del2", "Default", &ids).await;
-    assert_eq!(drain(&b, "del", "g", "").await, ids);
-    assert_eq!(drain(&b, "del2", "g", "").await, ids);
+    assert_eq!(drain(&b, "del", "g", "subscriptionMode=all").await, ids);
+    assert_eq!(drain(&b, "del2", "g", "subscriptionMode=all").await, ids);
     let (status, body) = b.delete("/api/v1/consumer-groups/g?deleteMetadata=true").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["success"], true);
@@ -198,7 +255,7 @@ async fn a_group_of_mode_new_restarts_after_its_join_time_when_its_cursors_are_d
 async fn seek_to_end_skips_the_backlog() {
     let b = TestBroker::start().await;
     b.push_txids("seek", "Default", &txids("m", 2)).await;
-    let first = b.pop_some("seek", "batch=1&consumerGroup=g").await;
+    let first = b.pop_some("seek", "batch=1&subscriptionMode=all&consumerGroup=g").await;
     b.push_txids("seek", "Default", &txids("n", 3)).await;
     let (status, body) = b.post("/api/v1/consumer-groups/g/queues/seek/seek", &json!({"toEnd": true})).await;
     assert_eq!(status, 200, "{body}");
@@ -222,7 +279,7 @@ async fn seek_to_a_timestamp_replays_what_came_after_it() {
     for tx in ["a", "b", "c"] {
         b.push("replay", "Default", &[(tx, json!(tx))]).await;
     }
-    let got = b.pop_some("replay", "batch=10&consumerGroup=g").await;
+    let got = b.pop_some("replay", "batch=10&subscriptionMode=all&consumerGroup=g").await;
     let at_a = got["messages"][0]["createdAt"].as_str().unwrap().to_owned();
     b.ack(&got["messages"][2], "completed", Some("g")).await;
     b.pop_none("replay", "batch=10&consumerGroup=g").await;
@@ -247,7 +304,7 @@ async fn subscription_update_sets_where_a_reset_group_starts() {
     for tx in ["a", "b", "c"] {
         b.push("resub", "Default", &[(tx, json!(tx))]).await;
     }
-    assert_eq!(drain(&b, "resub", "g", "").await, ["a", "b", "c"]);
+    assert_eq!(drain(&b, "resub", "g", "subscriptionMode=all").await, ["a", "b", "c"]);
     let q = b.pop_some("resub", "batch=10").await;
     let at_b = q["messages"][1]["createdAt"].as_str().unwrap().to_owned();
     let (status, body) =
@@ -272,8 +329,8 @@ async fn nacks_and_retries_are_counted_per_group() {
     let b = TestBroker::start().await;
     b.configure_ok("pergroup", json!({"retryLimit": 0})).await;
     b.push("pergroup", "Default", &[("m", json!(1))]).await;
-    let g1 = b.pop_some("pergroup", "batch=1&consumerGroup=g1").await;
-    let g2 = b.pop_some("pergroup", "batch=1&consumerGroup=g2").await;
+    let g1 = b.pop_some("pergroup", "batch=1&subscriptionMode=all&consumerGroup=g1").await;
+    let g2 = b.pop_some("pergroup", "batch=1&subscriptionMode=all&consumerGroup=g2").await;
     assert_eq!(b.ack(&g1["messages"][0], "failed", Some("g1")).await["dlq"], true);
     b.pop_none("pergroup", "batch=1&consumerGroup=g1").await;
     assert_eq!(b.ack(&g2["messages"][0], "completed", Some("g2")).await["success"], true);
@@ -294,7 +351,9 @@ async fn a_group_registering_while_the_queue_is_created_still_gets_the_messages(
         let queue = format!("born-{i}");
         let q2 = queue.clone();
         let push = tokio::spawn(async move { p.push(&queue, "Default", &[("m", json!(1))]).await });
-        let pop = tokio::spawn(async move { c.pop(&q2, "batch=1&consumerGroup=g&autoAck=true").await });
+        let pop = tokio::spawn(async move {
+            c.pop(&q2, "batch=1&consumerGroup=g&subscriptionMode=all&autoAck=true").await
+        });
         races.push((format!("born-{i}"), push, pop));
     }
     for (queue, push, pop) in races {
@@ -302,7 +361,7 @@ async fn a_group_registering_while_the_queue_is_created_still_gets_the_messages(
         let (status, _) = pop.await.unwrap();
         if status == 204 {
             // Registered first (or raced): the message must still be there for g.
-            let popped = b.pop_some(&queue, "batch=1&consumerGroup=g").await;
+            let popped = b.pop_some(&queue, "batch=1&subscriptionMode=all&consumerGroup=g").await;
             assert_eq!(tx_ids(&popped), ["m"], "{queue}");
         }
     }

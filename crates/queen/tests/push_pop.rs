@@ -471,7 +471,7 @@ async fn pop_skips_leased_partition_but_serves_the_others() {
     assert_ne!(second["leaseId"], first["leaseId"]);
     b.pop_none("lanes", "batch=10").await;
     // A different group is not blocked by queue mode's lease.
-    let g = b.pop_some("lanes", "batch=10&consumerGroup=g&partitions=2").await;
+    let g = b.pop_some("lanes", "batch=10&subscriptionMode=all&consumerGroup=g&partitions=2").await;
     assert_eq!(g["messages"].as_array().unwrap().len(), 4);
     // Settling the batch frees the partition, and the rest comes next, in order.
     assert_eq!(b.ack(&first["messages"][0], "completed", None).await["leaseReleased"], true);
@@ -768,7 +768,7 @@ async fn delete_queue_removes_it_with_its_messages() {
     let b = TestBroker::start().await;
     b.push("doomed", "p1", &[("d1", json!(1)), ("d2", json!(2))]).await;
     b.push("kept", "p1", &[("k1", json!(1))]).await;
-    b.pop_some("doomed", "batch=1&consumerGroup=g").await;
+    b.pop_some("doomed", "batch=1&subscriptionMode=all&consumerGroup=g").await;
     let (status, body) = b.delete("/api/v1/resources/queues/doomed").await;
     assert_eq!(status, 200);
     assert_eq!(body, json!({"deleted": true, "queue": "doomed", "existed": true}));

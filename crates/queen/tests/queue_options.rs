@@ -92,7 +92,10 @@ async fn ttl_skips_messages_older_than_it_for_every_group() {
     tokio::time::sleep(Duration::from_millis(1200)).await;
     b.push("short-lived", "Default", &[("fresh", json!(3))]).await;
     assert_eq!(tx_ids(&b.pop_some("short-lived", "batch=10").await), ["fresh"]);
-    assert_eq!(tx_ids(&b.pop_some("short-lived", "batch=10&consumerGroup=audit").await), ["fresh"]);
+    assert_eq!(
+        tx_ids(&b.pop_some("short-lived", "batch=10&subscriptionMode=all&consumerGroup=audit").await),
+        ["fresh"]
+    );
     // Expired is not deleted: reads by offset still see the log.
     assert_eq!(messages_left(&b, "short-lived").await, ["old-1", "old-2", "fresh"]);
 }
@@ -139,13 +142,16 @@ async fn completed_retention_removes_only_what_every_group_consumed() {
         None,
     )
     .await;
-    let one = b.pop_some("done", "batch=1&consumerGroup=slow").await;
+    let one = b.pop_some("done", "batch=1&subscriptionMode=all&consumerGroup=slow").await;
     b.ack(&one["messages"][0], "completed", Some("slow")).await;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     let removed = sweep(&b).await;
     assert_eq!(removed.retained, 1, "{removed:?}");
     assert_eq!(messages_left(&b, "done").await, ["b", "c", "d"]);
-    assert_eq!(tx_ids(&b.pop_some("done", "batch=10&consumerGroup=slow").await), ["b", "c", "d"]);
+    assert_eq!(
+        tx_ids(&b.pop_some("done", "batch=10&subscriptionMode=all&consumerGroup=slow").await),
+        ["b", "c", "d"]
+    );
 }
 
 #[tokio::test]
@@ -243,7 +249,8 @@ async fn a_namespace_or_task_pop_spans_its_queues_higher_priority_first() {
     let (_, got) = b.get("/api/v1/pop?task=send&wait=false&batch=5").await;
     assert_eq!(tx_ids(&got), ["sms-1"]);
     b.ack(&got["messages"][0], "completed", None).await;
-    let (_, got) = b.get("/api/v1/pop?namespace=mail&wait=false&consumerGroup=audit").await;
+    let (_, got) =
+        b.get("/api/v1/pop?namespace=mail&wait=false&subscriptionMode=all&consumerGroup=audit").await;
     assert_eq!(got["queue"], "mail-bounce", "priority 50 first for a new group");
 }
 

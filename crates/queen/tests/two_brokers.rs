@@ -299,7 +299,7 @@ async fn once_and_ack_bundles_round_robin_over_two_brokers_commit_each_message_o
                     // that a load balancer sends elsewhere).
                     let (popper, committer) = (&brokers[turn % 2], &brokers[(turn + 1) % 2]);
                     turn += 1;
-                    let (status, popped) = popper.pop("rr", &format!("batch=1&leaseSeconds=30&consumerGroup={group}")).await;
+                    let (status, popped) = popper.pop("rr", &format!("batch=1&leaseSeconds=30&subscriptionMode=all&consumerGroup={group}")).await;
                     if status == 204 {
                         idle += 1;
                         tokio::time::sleep(Duration::from_millis(20)).await;
