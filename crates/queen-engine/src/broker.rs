@@ -90,6 +90,11 @@ pub struct EngineOptions {
     /// The key of encryption at rest (`QUEEN_ENCRYPTION_KEY`); without it,
     /// encrypted queues can be neither configured nor pushed to nor read.
     pub encryption_key: Option<EncryptionKey>,
+    /// The push spool (`FILE_BUFFER_DIR`): pushes that cannot reach
+    /// PostgreSQL are kept on disk and drained later; `None`: they are
+    /// answered 503. The drainer runs once `Engine::start_spool_drain` is
+    /// called (`queen_server::serve` does).
+    pub spool: Option<crate::spool::SpoolOptions>,
     /// Where a consumer group starts when its first pop names no
     /// `subscriptionMode` or `subscriptionFrom` (`DEFAULT_SUBSCRIPTION_MODE`).
     pub default_subscription_mode: SubscriptionMode,
@@ -156,6 +161,7 @@ impl Default for EngineOptions {
             encryption_key: None,
             advertise_url: None,
             default_subscription_mode: SubscriptionMode::default(),
+            spool: None,
         }
     }
 }
@@ -263,6 +269,7 @@ pub struct Engine {
     ephemeral: Arc<Ephemeral>,
     identity: Arc<crate::brokers::Identity>,
     traffic: Arc<crate::brokers::Traffic>,
+    pub(crate) spool: Option<Arc<crate::spool::Spool>>,
 }
 
 impl Engine {
@@ -328,6 +335,17 @@ impl Engine {
             started: std::time::SystemTime::now(),
             started_instant: std::time::Instant::now(),
         });
+        let spool = match &options.spool {
+            Some(spool_options) => {
+                let database = crate::spool::database_dir_name(&db.pg_config()?);
+                let spool = crate::spool::Spool::open(spool_options, &database, &identity.id.to_string())
+                    .map_err(|e| {
+                        EngineError::Setup(format!("the push spool in {}: {e}", spool_options.dir.display()))
+                    })?;
+                Some(Arc::new(spool))
+            }
+            None => None,
+        };
         let traffic = Arc::new(crate::brokers::Traffic::default());
         tokio::spawn(crate::brokers::run_registry(
             pool.clone(),
@@ -375,6 +393,7 @@ impl Engine {
             ephemeral,
             identity,
             traffic,
+            spool,
         })
     }
 
@@ -417,6 +436,28 @@ impl Engine {
     /// What a committed push calls with the queues that got messages.
     pub(crate) fn announce_fn(&self) -> crate::batch::Announce {
         announce_fn(&self.waiters, &self.announcer)
+    }
+
+    /// The push spool, when configured.
+    pub(crate) fn spool(&self) -> Option<&crate::spool::Spool> {
+        self.spool.as_deref()
+    }
+
+    /// Changes to true when the engine shuts down.
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// `GET /api/v1/status/buffers`: the push spool (Queen's file buffer).
+    pub fn spool_status(&self) -> Json {
+        let body = match self.spool() {
+            Some(spool) => spool.status(),
+            None => serde_json::json!({
+                "enabled": false, "pending": 0, "pendingRecords": 0, "bytes": 0, "failed": 0,
+                "dbHealthy": serde_json::Value::Null, "worker": self.identity.id.to_string(),
+            }),
+        };
+        Json(body.to_string())
     }
 
     pub(crate) fn push_batcher(&self) -> &PushBatcher {

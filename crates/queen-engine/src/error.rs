@@ -33,6 +33,10 @@ pub enum EngineError {
     /// A concurrent transaction won a serialization or deadlock race.
     #[error("conflict, retry: {0}")]
     Conflict(String),
+    /// The engine could not be set up as configured (the push spool's
+    /// directory, say); raised by `Engine::connect` only.
+    #[error("setup: {0}")]
+    Setup(String),
     /// Any other database error: a bug on our side.
     #[error("database error: {}", describe(.0))]
     Database(tokio_postgres::Error),

@@ -32,6 +32,7 @@ mod push;
 mod reads;
 mod retention;
 mod sealing;
+mod spool;
 mod streams;
 mod timers;
 mod transaction;
@@ -55,6 +56,7 @@ pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
 pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PAGE, MAX_FETCH_ENTRIES};
 pub use retention::RetentionStatsSnapshot;
 pub use sealing::{BadKey, EncryptionKey};
+pub use spool::{SpoolError, SpoolOptions};
 pub use streams::{
     decode_cycle, decode_registration, decode_state_read, Cycle, CycleAck, StateRead, StreamRegistration,
     MAX_STATE_KEY_BYTES,

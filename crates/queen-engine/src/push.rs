@@ -27,6 +27,11 @@ pub struct PushItem {
     /// Who pushed it, as the broker's authentication established (a JWT's
     /// `sub`); never decoded from a request, so a consumer can trust it.
     pub producer_sub: Option<String>,
+    /// A transaction id this engine drew for an item that came without
+    /// one, before its first attempt (so a spooled copy keeps it). Fresh,
+    /// so that attempt skips the dedup lookup; a drained copy carries it
+    /// as its own `transaction_id` and is deduplicated.
+    pub(crate) drawn_id: Option<String>,
 }
 
 /// Decodes a JSON array of push items, refusing the first bad one with the
@@ -80,6 +85,7 @@ pub(crate) fn decode_item_in(list: &str, i: usize, item: &RawValue) -> Result<Pu
         payload,
         // A `producerSub` in the body is ignored: only authentication sets it.
         producer_sub: None,
+        drawn_id: None,
     })
 }
 
@@ -117,6 +123,8 @@ pub(crate) struct PushColumns<'a> {
     pub trace_ids: Vec<Option<&'a str>>,
     pub payloads: Vec<Option<&'a str>>,
     pub producer_subs: Vec<Option<&'a str>>,
+    /// Transaction ids the engine drew before the push (`PushItem::drawn_id`).
+    pub drawn_ids: Vec<Option<&'a str>>,
     /// `Some` for an item without a transaction id (empty until drawn).
     pub new_txids: Vec<Option<String>>,
     /// The low 64 bits of each item's message id, variant bits set; `None`
@@ -133,6 +141,7 @@ impl<'a> PushColumns<'a> {
             trace_ids: Vec::new(),
             payloads: Vec::new(),
             producer_subs: Vec::new(),
+            drawn_ids: Vec::new(),
             new_txids: Vec::new(),
             tails: None,
         };
@@ -143,6 +152,7 @@ impl<'a> PushColumns<'a> {
             c.trace_ids.push(it.trace_id.as_deref());
             c.payloads.push(it.payload.as_ref().map(|p| p.get()));
             c.producer_subs.push(it.producer_sub.as_deref());
+            c.drawn_ids.push(it.drawn_id.as_deref());
         }
         c
     }
@@ -159,22 +169,22 @@ impl<'a> PushColumns<'a> {
     fn draw(&mut self) {
         let mut bits = vec![[0u8; 18]; self.queues.len()];
         if getrandom::fill(bits.as_flattened_mut()).is_err() {
-            // The database draws them instead (queen.push_rows).
-            self.new_txids = vec![None; self.queues.len()];
+            // The database draws them instead (queen.push_rows), but for
+            // those drawn already.
+            self.new_txids = self.drawn_ids.iter().map(|d| d.map(str::to_owned)).collect();
             return;
         }
         let millis = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         let mut tails = Vec::with_capacity(bits.len());
-        for (own, b) in self.transaction_ids.iter().zip(&bits) {
+        for ((own, drawn), b) in self.transaction_ids.iter().zip(&self.drawn_ids).zip(&bits) {
             let mut random = [0u8; 10];
             random.copy_from_slice(&b[..10]);
-            self.new_txids.push(
-                own.is_none().then(|| {
-                    uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid().to_string()
-                }),
-            );
+            self.new_txids.push(match drawn {
+                Some(id) => Some((*id).to_owned()),
+                None => own.is_none().then(|| v7(millis, random)),
+            });
             let mut tail = [0u8; 8];
             tail.copy_from_slice(&b[10..]);
             // RFC 9562 variant bits (10) on top, as gen_random_uuid's half has.
@@ -243,6 +253,32 @@ impl<'a> PushColumns<'a> {
     }
 }
 
+/// A UUIDv7 string from a millisecond time and 10 random bytes.
+fn v7(millis: u64, random: [u8; 10]) -> String {
+    uuid::Builder::from_unix_timestamp_millis(millis, &random).into_uuid().to_string()
+}
+
+/// Draws a transaction id for each item that has none (see
+/// [`PushItem::drawn_id`]); left to the database if the system's random
+/// source fails.
+fn draw_missing_ids(items: &mut [PushItem]) {
+    let missing = items.iter().filter(|i| i.transaction_id.is_none() && i.drawn_id.is_none()).count();
+    if missing == 0 {
+        return;
+    }
+    let mut bits = vec![[0u8; 10]; missing];
+    if getrandom::fill(bits.as_flattened_mut()).is_err() {
+        return;
+    }
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let targets = items.iter_mut().filter(|i| i.transaction_id.is_none() && i.drawn_id.is_none());
+    for (item, random) in targets.zip(bits) {
+        item.drawn_id = Some(v7(millis, random));
+    }
+}
+
 /// What `queen.push_rows` answers in its lean form, one element per item.
 pub(crate) struct Pushed {
     /// The message id (a duplicate's is its first occurrence's); `None`
@@ -265,15 +301,36 @@ impl Engine {
 
     /// Pushes checked items; answers the per-item results array (201 body).
     /// Concurrent calls share a statement and a commit (the push batcher).
-    pub async fn push_items(&self, items: Vec<PushItem>) -> Result<Json, EngineError> {
+    ///
+    /// With a spool (`EngineOptions::spool`), a push that cannot reach
+    /// PostgreSQL, or finds pushes paused, is spooled and answered
+    /// `buffered`; so is every push while the spool holds records, to keep
+    /// each partition in the order the pushes were acknowledged (spool.rs).
+    pub async fn push_items(&self, mut items: Vec<PushItem>) -> Result<Json, EngineError> {
         if items.is_empty() {
             return Ok(Json("[]".into()));
         }
-        let answer = match self.push_sealed(&items).await {
+        let Some(spool) = self.spool() else { return self.push_now(&items).await };
+        draw_missing_ids(&mut items);
+        if spool.holds_records() {
+            let cause = EngineError::Unavailable("the push spool is draining".into());
+            return self.spool_items(spool, &items, cause);
+        }
+        match self.push_now(&items).await {
+            Err(e @ (EngineError::Unavailable(_) | EngineError::Paused(_))) => {
+                self.spool_items(spool, &items, e)
+            }
+            other => other,
+        }
+    }
+
+    /// Pushes into PostgreSQL now, spool or not.
+    pub(crate) async fn push_now(&self, items: &[PushItem]) -> Result<Json, EngineError> {
+        let answer = match self.push_sealed(items).await {
             // A queue's encryption flag changed under our hint: learn it, seal again.
             Err(EngineError::EncryptionChanged(queues)) => {
                 self.refresh_sealed(&queues).await?;
-                self.push_sealed(&items).await
+                self.push_sealed(items).await
             }
             other => other,
         }?;

@@ -132,6 +132,8 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let header_read_timeout = config.header_read_timeout;
     let tls = config.tls.clone();
+    // Pushes spooled while PostgreSQL was away drain from here on.
+    engine.start_spool_drain();
     let app = router(engine.clone(), config);
     // Connection tasks watch `stop_rx` being dropped (shutdown begun) and
     // hold `done_rx` clones until their connection is closed.

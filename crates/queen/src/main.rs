@@ -166,6 +166,18 @@ struct ServeArgs {
     /// AES-256 key. Every broker on the database needs the same one.
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
     encryption_key: Option<String>,
+    /// Keep pushes that cannot reach PostgreSQL (or find pushes paused) in a file spool, fsynced
+    /// before the 201 `buffered`, and drain them when the database is back; `false`: such pushes
+    /// are answered 503.
+    #[arg(long, env = "QUEEN_SPOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    spool: bool,
+    /// The spool's directory (a directory per database inside it); default
+    /// `/var/lib/queen/buffers` (root), else `~/.local/share/queen/buffers`.
+    #[arg(long, env = "FILE_BUFFER_DIR")]
+    spool_dir: Option<PathBuf>,
+    /// Bytes the spool may hold; past them a push is answered 503 with Retry-After.
+    #[arg(long, env = "QUEEN_SPOOL_MAX_BYTES", default_value_t = 1 << 30)]
+    spool_max_bytes: u64,
     /// Where a consumer group starts when its first pop names no subscriptionMode or
     /// subscriptionFrom: `new` (Queen 1.6's default: only messages pushed after that pop) or
     /// `all` (from the oldest message still in the queue; an empty value means `all`).
@@ -326,6 +338,20 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     result
 }
 
+/// The push spool's settings; `None` when it is off.
+fn spool_options(args: &ServeArgs) -> anyhow::Result<Option<queen_engine::SpoolOptions>> {
+    if !args.spool {
+        return Ok(None);
+    }
+    let dir = match &args.spool_dir {
+        Some(dir) => dir.clone(),
+        None => embedded_pg::default_data_dir()
+            .context("no directory for the push spool; set FILE_BUFFER_DIR or QUEEN_SPOOL=false")?
+            .join("buffers"),
+    };
+    Ok(Some(queen_engine::SpoolOptions { dir, max_bytes: args.spool_max_bytes }))
+}
+
 async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow::Result<()> {
     let options = EngineOptions {
         kv_max_read_bytes: args.kv_max_read_bytes,
@@ -348,6 +374,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
             .then(|| Duration::from_millis(args.retention_sweep_interval_ms)),
         retention_sweep_batch: args.retention_sweep_batch.max(1),
         default_subscription_mode: args.default_subscription_mode,
+        spool: spool_options(args)?,
         advertise_url: Some(args.advertise_url.clone().unwrap_or_else(|| {
             let host =
                 if args.host == "0.0.0.0" || args.host == "::" { "127.0.0.1" } else { args.host.as_str() };

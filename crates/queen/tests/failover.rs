@@ -427,14 +427,18 @@ async fn nothing_acknowledged_is_lost_across_failovers_and_fail_backs() {
     let a = BrokerProcess::spawn_with(&ServeSpec {
         url: cluster.url.clone(),
         port: free_port(),
-        env: Vec::new(),
+        // The spool off: the harness counts a push acknowledged only when
+        // PostgreSQL committed it, and retries the 503s (tests/spool.rs has
+        // the spool's outages).
+        env: vec![("QUEEN_SPOOL".into(), "false".into())],
         log: None,
     })
     .await;
     // B re-checks rarely: a long poll woken quickly on B was woken by LISTEN.
     let b = BrokerProcess::spawn_with(
         &ServeSpec { url: cluster.url.clone(), port: free_port(), env: Vec::new(), log: None }
-            .env("QUEEN_POLL_INTERVAL_MS", "30000"),
+            .env("QUEEN_POLL_INTERVAL_MS", "30000")
+            .env("QUEEN_SPOOL", "false"),
     )
     .await;
     let apis = vec![a.api.clone(), b.api.clone()];

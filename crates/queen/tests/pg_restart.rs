@@ -12,164 +12,23 @@
 mod common;
 
 use std::collections::{BTreeSet, HashMap};
-use std::os::unix::fs::{chown, MetadataExt};
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::private_pg::PrivatePg;
 use common::{Api, BrokerProcess, ServeSpec};
 use serde_json::{json, Value};
-
-/// A private PostgreSQL cluster, stopped and deleted when dropped.
-struct PrivatePg {
-    bin: PathBuf,
-    dir: PathBuf,
-    port: u16,
-    owner: Option<(u32, u32)>,
-}
-
-/// uid and gid of a local account, from /etc/passwd.
-fn account(name: &str) -> Option<(u32, u32)> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    passwd.lines().find_map(|line| {
-        let f: Vec<&str> = line.split(':').collect();
-        (f.len() > 3 && f[0] == name).then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
-    })
-}
-
-fn pg_bin() -> PathBuf {
-    if let Some(dir) = std::env::var_os("QUEEN_PG_BIN_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .expect("PostgreSQL server binaries under /usr/lib/postgresql (apt-get install postgresql)")
-        .flatten()
-        .filter_map(|e| {
-            let v = e.file_name().to_str()?.parse::<u32>().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("initdb").exists().then_some((v, bin))
-        })
-        .collect();
-    versions.sort();
-    versions.pop().expect("no /usr/lib/postgresql/N/bin/initdb").1
-}
-
-impl PrivatePg {
-    /// initdb in a fresh temp dir and start on a free port.
-    fn start() -> Self {
-        let running_as_root = std::fs::metadata("/proc/self").map(|m| m.uid() == 0).unwrap_or(false);
-        let owner = running_as_root.then(|| {
-            account("postgres")
-                .or_else(|| account("nobody"))
-                .expect("an unprivileged account to own the cluster")
-        });
-        let dir = std::env::temp_dir().join(format!("queen-pgrestart-{}", uuid::Uuid::new_v4().simple()));
-        std::fs::create_dir_all(dir.join("socket")).expect("create the cluster dir");
-        if let Some((uid, gid)) = owner {
-            for d in [dir.clone(), dir.join("socket")] {
-                chown(&d, Some(uid), Some(gid)).expect("chown the cluster dir");
-            }
-        }
-        let pg = PrivatePg { bin: pg_bin(), port: common::free_port(), dir, owner };
-        let out = pg
-            .command("initdb")
-            .args(["--auth=trust", "--encoding=UTF8", "--locale=C", "--username=postgres", "--no-sync", "-D"])
-            .arg(pg.data())
-            .output()
-            .expect("run initdb");
-        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
-        pg.pg_ctl_start();
-        pg
-    }
-
-    fn data(&self) -> PathBuf {
-        self.dir.join("data")
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(self.bin.join(program));
-        if let Some((uid, gid)) = self.owner {
-            cmd.uid(uid).gid(gid).current_dir("/");
-        }
-        cmd
-    }
-
-    fn pg_ctl_start(&self) {
-        let options = format!(
-            "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=50 -c fsync=on",
-            self.port,
-            self.dir.join("socket").display()
-        );
-        let out = self
-            .command("pg_ctl")
-            .args(["start", "-w", "-t", "60", "-D"])
-            .arg(self.data())
-            .arg("-l")
-            .arg(self.dir.join("postgres.log"))
-            .arg("-o")
-            .arg(options)
-            .output()
-            .expect("run pg_ctl start");
-        assert!(
-            out.status.success(),
-            "pg_ctl start failed: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log_tail()
-        );
-    }
-
-    /// `pg_ctl stop -m <mode>` of this cluster only.
-    fn pg_ctl_stop(&self, mode: &str) {
-        let out = self
-            .command("pg_ctl")
-            .args(["stop", "-w", "-t", "60", "-m", mode, "-D"])
-            .arg(self.data())
-            .output()
-            .expect("run pg_ctl stop");
-        assert!(out.status.success(), "pg_ctl stop failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default();
-        log.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
-    }
-
-    fn url(&self, db: &str) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
-    }
-
-    async fn sql(&self, db: &str) -> tokio_postgres::Client {
-        let (client, conn) =
-            tokio_postgres::connect(&self.url(db), tokio_postgres::NoTls).await.expect("connect");
-        tokio::spawn(conn);
-        client
-    }
-}
-
-impl Drop for PrivatePg {
-    fn drop(&mut self) {
-        let _ = self.command("pg_ctl").args(["stop", "-m", "immediate", "-D"]).arg(self.data()).output();
-        if std::thread::panicking() {
-            eprintln!(
-                "keeping the private cluster's files in {} (log tail:)\n{}",
-                self.dir.display(),
-                self.log_tail()
-            );
-        } else {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
 
 /// A private cluster with database `queen` and a `queen serve` on it.
 async fn cluster_and_broker() -> (PrivatePg, BrokerProcess) {
     let pg = PrivatePg::start();
     pg.sql("postgres").await.batch_execute("CREATE DATABASE queen").await.expect("create database");
+    // The spool off: these tests pin the 503 a push gets while PostgreSQL is
+    // away without one (tests/spool.rs has the spool's outages).
     let spec = ServeSpec { url: pg.url("queen"), port: common::free_port(), env: Vec::new(), log: None }
-        .env("RUST_LOG", "error");
+        .env("RUST_LOG", "error")
+        .env("QUEEN_SPOOL", "false");
     let broker = BrokerProcess::spawn_with(&spec).await;
     (pg, broker)
 }

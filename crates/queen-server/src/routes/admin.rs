@@ -210,6 +210,11 @@ pub(crate) async fn status(State(app): State<Arc<AppState>>) -> Answer {
     Ok(ok(app.engine.status().await?))
 }
 
+#[utoipa::path(get, path = "/api/v1/status/buffers", tag = "status", responses((status = 200, description = "The push spool (Queen's file buffer): items and bytes waiting, damaged segments, whether the database answered last", body = Object)))]
+pub(crate) async fn status_buffers(State(app): State<Arc<AppState>>) -> Response {
+    ok(app.engine.spool_status())
+}
+
 #[utoipa::path(post, path = "/api/v1/stats/refresh", tag = "status", responses((status = 200, description = "Statistics are always live", body = Object)))]
 pub(crate) async fn stats_refresh() -> Response {
     // Counts are computed live from the tables; there is no cache to refresh.

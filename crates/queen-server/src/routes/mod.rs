@@ -41,6 +41,7 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(admin::status_queues))
         .routes(routes!(admin::status_queue))
         .routes(routes!(admin::status_analytics))
+        .routes(routes!(admin::status_buffers))
         .routes(routes!(admin::system_metrics))
         .routes(routes!(admin::worker_metrics))
         .routes(routes!(admin::add_trace))

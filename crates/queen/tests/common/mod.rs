@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio_postgres::NoTls;
 
+pub mod private_pg;
+
 /// The server tests create their databases on.
 pub fn admin_url() -> String {
     std::env::var("QUEEN_TEST_DATABASE_URL")
@@ -539,6 +541,9 @@ impl BrokerProcess {
             .env("HOST", "127.0.0.1")
             .env("DB_POOL_SIZE", "8")
             .env("RUST_LOG", "warn")
+            // The push spool of every test broker under one temporary root
+            // (a directory per database inside it), not in $HOME.
+            .env("FILE_BUFFER_DIR", std::env::temp_dir().join("queen-test-spool"))
             .stdin(std::process::Stdio::null());
         for (k, v) in &spec.env {
             cmd.env(k, v);
