@@ -85,6 +85,14 @@ pub trait Broker: Send + Sync {
     /// `required` precondition is `Ok` with its `{"ok": false, ...}` body.
     fn kv(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
 
+    /// Every KV namespace with its live key count and its expired rows not
+    /// yet swept (`GET /api/v1/resources/kv/namespaces`).
+    fn kv_namespaces(&self) -> impl Future<Output = Result<Json>> + Send;
+
+    /// One page of the KV browser, `{namespace, prefix?, cursor?, limit?}`
+    /// (`POST /api/v1/resources/kv/list`).
+    fn kv_list(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
+
     /// Runs a locks call (`{"operations": [...]}`): one result per op.
     fn locks(&self, body: &str) -> impl Future<Output = Result<Json>> + Send;
 
@@ -310,6 +318,15 @@ impl Broker for EmbeddedBroker {
 
     async fn kv(&self, body: &str) -> Result<Json> {
         refusal_is_answer(self.engine.kv(body).await)
+    }
+
+    async fn kv_namespaces(&self) -> Result<Json> {
+        Ok(self.engine.kv_namespace_counts().await?)
+    }
+
+    async fn kv_list(&self, body: &str) -> Result<Json> {
+        let request = queen_engine::decode_kv_list(body)?;
+        Ok(self.engine.kv_list(&request).await?)
     }
 
     async fn locks(&self, body: &str) -> Result<Json> {

@@ -495,6 +495,15 @@ impl Broker for HttpBroker {
         self.json(self.call(Method::POST, &["api", "v1", "kv"], Some(body.to_owned()))).await
     }
 
+    async fn kv_namespaces(&self) -> Result<Json> {
+        self.json(self.call(Method::GET, &["api", "v1", "resources", "kv", "namespaces"], None)).await
+    }
+
+    async fn kv_list(&self, body: &str) -> Result<Json> {
+        self.json(self.call(Method::POST, &["api", "v1", "resources", "kv", "list"], Some(body.to_owned())))
+            .await
+    }
+
     async fn locks(&self, body: &str) -> Result<Json> {
         self.json(self.call(Method::POST, &["api", "v1", "locks"], Some(body.to_owned()))).await
     }

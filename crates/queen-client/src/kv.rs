@@ -184,6 +184,52 @@ pub struct KeyPage {
     pub next_after: Option<String>,
 }
 
+/// A namespace as the KV browser counts it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct NamespaceCount {
+    /// The namespace.
+    pub namespace: String,
+    /// Its live keys.
+    pub keys: u64,
+    /// Its rows past their expiry that the sweeper has not deleted yet.
+    pub expired: u64,
+}
+
+/// A key as the KV browser shows it: expired-but-unswept rows too.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListedKey {
+    /// The key.
+    pub key: String,
+    /// The value as raw JSON (a stored `null` is `"null"`).
+    pub value: Box<RawValue>,
+    /// The version.
+    pub version: u64,
+    /// When it dies; `None` for forever.
+    pub expires_at: Option<String>,
+    /// The last write.
+    pub updated_at: Option<String>,
+    /// Past its expiry but not swept yet: every other KV call treats it as absent.
+    pub expired: bool,
+}
+
+impl ListedKey {
+    /// The value decoded as `T`.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_str(self.value.get()).map_err(|e| Error::decode("kv value", e))
+    }
+}
+
+/// One page of the KV browser ([`Kv::list`]).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListPage {
+    /// The keys, in byte order.
+    pub keys: Vec<ListedKey>,
+    /// The cursor of the next page; `None` on the last one.
+    pub next_cursor: Option<String>,
+}
+
 /// The answer of a write (`put`, `putIfAbsent`, `delete`, `check`, raw `incr`).
 #[derive(Debug, Clone)]
 pub struct Write {
@@ -674,6 +720,36 @@ impl<B: Broker> Kv<B> {
         limit: Option<u32>,
     ) -> Result<KeyPage> {
         Ok(self.one(ops::get_prefix(ns, prefix, after, limit, true)?).await?.key_page())
+    }
+
+    /// Every namespace with its live key count and its expired rows not yet
+    /// swept (the KV browser; a read-only token may call it).
+    pub async fn namespaces(&self) -> Result<Vec<NamespaceCount>> {
+        #[derive(Deserialize)]
+        struct Answer {
+            namespaces: Vec<NamespaceCount>,
+        }
+        let json = self.broker.kv_namespaces().await?;
+        Ok(json.decode::<Answer>().map_err(|e| Error::decode("kv namespaces answer", e))?.namespaces)
+    }
+
+    /// One page of the KV browser: the keys of `ns` under `prefix` (empty:
+    /// all) strictly after `cursor`, values included, expired rows not yet
+    /// swept labelled `expired`. `limit` defaults to 100 and is clamped to
+    /// 1000 by the broker.
+    ///
+    /// Why beside [`Kv::get_prefix`]: an operator's view, which shows what
+    /// the table holds (expired rows too) and takes an empty prefix.
+    pub async fn list(
+        &self,
+        ns: &str,
+        prefix: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<ListPage> {
+        let body = serde_json::json!({"namespace": ns, "prefix": prefix, "cursor": cursor, "limit": limit});
+        let json = self.broker.kv_list(&body.to_string()).await?;
+        json.decode::<ListPage>().map_err(|e| Error::decode("kv list answer", e))
     }
 
     /// A walker over every page under `prefix`, following `nextAfter`.

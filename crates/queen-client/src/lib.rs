@@ -83,7 +83,7 @@ pub use groups::{ConsumerGroup, GroupDeleted, GroupPartition, Seeked, Subscripti
 pub use http::{HttpBroker, HttpConfig, RetryPolicy};
 pub use kv::{
     parse_i64, BatchOutcome, Counter, Entry, Expect, Expiry, Incr, KeyEntry, KeyPage, Kv, KvBatch, KvResult,
-    Many, Page, Pages, Reason, Write,
+    ListPage, ListedKey, Many, NamespaceCount, Page, Pages, Reason, Write,
 };
 pub use locks::{LockHolder, LockOp, LockResult, Locks, Permit, LOCKS_NAMESPACE};
 pub use message::{

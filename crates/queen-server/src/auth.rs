@@ -16,8 +16,9 @@
 //! - `read-only` may observe: `GET` and `HEAD`, except the pop routes, which
 //!   are `GET` but take leases (and, with `autoAck`, consume); plus the reads
 //!   by offset (`POST /api/v1/fetch`, `POST /api/v1/partitions/changed`,
-//!   `POST /streams/v1/state/get`), which are `POST` only because their
-//!   entries do not fit a URL.
+//!   `POST /streams/v1/state/get`) and the KV browser's page
+//!   (`POST /api/v1/resources/kv/list`), which are `POST` only because their
+//!   entries do not fit a URL (or, for keys, must stay out of access logs).
 //! - `read-write` may also push, pop, ack, configure, and every other `POST`,
 //!   `PUT` and `DELETE`, including a `POST /api/v1/kv` batch that holds only
 //!   gets: the route is decided before the body is read, and a
@@ -365,9 +366,17 @@ fn required_role(method: &Method, route: Option<&str>) -> Role {
 fn needs_write(method: &Method, route: Option<&str>) -> bool {
     // Reads by offset are POSTs (their entries do not fit a URL) that take
     // no lease and move no cursor: a read token may use them.
-    // So is a stream's state read.
+    // So are a stream's state read and a page of the KV browser.
     let reads_by_post = method == Method::POST
-        && matches!(route, Some("/api/v1/fetch" | "/api/v1/partitions/changed" | "/streams/v1/state/get"));
+        && matches!(
+            route,
+            Some(
+                "/api/v1/fetch"
+                    | "/api/v1/partitions/changed"
+                    | "/streams/v1/state/get"
+                    | "/api/v1/resources/kv/list"
+            )
+        );
     let observes = method == Method::GET || method == Method::HEAD || reads_by_post;
     // A pop moves cursors and takes leases, ephemeral ones too.
     !observes
@@ -513,6 +522,8 @@ mod tests {
         assert!(needs_write(&Method::POST, Some("/api/v1/kv")));
         assert!(!needs_write(&Method::POST, Some("/api/v1/fetch")));
         assert!(!needs_write(&Method::POST, Some("/api/v1/partitions/changed")));
+        assert!(!needs_write(&Method::POST, Some("/api/v1/resources/kv/list")));
+        assert!(!needs_write(&Method::GET, Some("/api/v1/resources/kv/namespaces")));
         assert!(needs_write(&Method::POST, Some("/api/v1/locks")));
         assert!(needs_write(&Method::PUT, None));
         assert!(needs_write(&Method::DELETE, Some("/api/v1/resources/queues/{queue}")));

@@ -244,6 +244,64 @@ pub(crate) struct KvPutBody {
     required: Option<bool>,
 }
 
+/// `POST /api/v1/resources/kv/list`: one page of one namespace's keys.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct KvListBody {
+    /// The namespace browsed (required).
+    namespace: String,
+    /// Only keys that start with it; empty or absent: every key.
+    prefix: Option<String>,
+    /// A key: the page starts strictly after it (the previous page's `nextCursor`).
+    cursor: Option<String>,
+    /// Keys of the page, at least 1 (default 100; above 1000 is 1000).
+    limit: Option<u32>,
+}
+
+/// One key of a KV browser page.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct KvListedKey {
+    key: String,
+    value: Value,
+    version: i64,
+    /// Null for a key that lives until deleted.
+    expiresAt: Option<String>,
+    updatedAt: String,
+    /// Past its expiry but not swept yet: every KV operation treats it as absent.
+    expired: bool,
+}
+
+/// The answer of `POST /api/v1/resources/kv/list`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct KvListAnswer {
+    namespace: String,
+    /// In key (byte) order.
+    keys: Vec<KvListedKey>,
+    /// The `cursor` of the next page; null on the last page.
+    nextCursor: Option<String>,
+}
+
+/// One namespace of `GET /api/v1/resources/kv/namespaces`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct KvNamespaceCount {
+    namespace: String,
+    /// Live keys.
+    keys: i64,
+    /// Rows past their expiry that the sweeper has not deleted yet.
+    expired: i64,
+}
+
+/// The answer of `GET /api/v1/resources/kv/namespaces`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct KvNamespacesAnswer {
+    /// Every namespace, by name.
+    namespaces: Vec<KvNamespaceCount>,
+}
+
 /// The optional body of the KV path route `DELETE`.
 #[derive(ToSchema)]
 #[allow(dead_code)]

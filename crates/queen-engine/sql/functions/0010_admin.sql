@@ -414,6 +414,59 @@ BEGIN
     'deleted', v_count);
 END $$;
 
+-- GET /api/v1/resources/kv/namespaces: every namespace with its live key
+-- count and its expired rows the sweeper has not deleted yet (a namespace
+-- holding only those is listed, since kv_list shows them).
+CREATE OR REPLACE FUNCTION queen.kv_namespace_counts() RETURNS json
+LANGUAGE sql STABLE AS $$
+  SELECT json_build_object(
+           'namespaces', coalesce(json_agg(json_build_object('namespace', n.ns, 'keys', n.live,
+                                                             'expired', n.expired) ORDER BY n.ns),
+                                  '[]'::json))
+    FROM (SELECT ns,
+                 count(*) FILTER (WHERE expires_at IS NULL OR expires_at > now()) AS live,
+                 count(*) FILTER (WHERE expires_at <= now()) AS expired
+            FROM queen.kv GROUP BY ns) n
+$$;
+
+-- POST /api/v1/resources/kv/list: one keyset page of a namespace's keys under
+-- p_prefix (empty: all), strictly after p_cursor, rows as KV reads answer
+-- them plus `expired` (true for a row past its expiry that the sweeper has
+-- not deleted yet; every other operation treats it as absent). At most
+-- p_limit rows (checked in Rust: 1..1000) and p_max_bytes of keys and values
+-- (at least one row when one exists); nextCursor when more remain. The
+-- bounds are plain comparisons so that they stay index conditions in a
+-- generic plan (as in kv_get_prefix); PL/pgSQL so the plan is cached.
+CREATE OR REPLACE FUNCTION queen.kv_list(
+  p_ns text, p_prefix text, p_cursor text, p_limit integer, p_max_bytes bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
+BEGIN
+  RETURN (
+  WITH scan AS (
+    SELECT k, row_number() OVER (ORDER BY k.key) AS rn,
+           sum(octet_length(k.key) + octet_length(k.value::text)) OVER (ORDER BY k.key) AS bytes
+      FROM queen.kv k
+     WHERE k.ns = p_ns
+       AND k.key >= p_prefix
+       AND k.key > coalesce(p_cursor, '')
+       AND k.key < coalesce(queen.kv_prefix_end(p_prefix), repeat(chr(1114111), 129))
+     ORDER BY k.key
+     LIMIT p_limit + 1
+  ),
+  page AS (
+    SELECT s.* FROM scan s WHERE s.rn <= p_limit AND (s.rn = 1 OR s.bytes <= p_max_bytes)
+  )
+  SELECT jsonb_build_object(
+    'namespace', p_ns,
+    'keys', coalesce((SELECT jsonb_agg(queen.kv_row_json(p.k)
+                                       || jsonb_build_object('expired', coalesce((p.k).expires_at <= now(), false))
+                                       ORDER BY p.rn)
+                        FROM page p), '[]'::jsonb),
+    'nextCursor', CASE WHEN (SELECT count(*) FROM scan) > (SELECT count(*) FROM page)
+                       THEN (SELECT (p.k).key FROM page p ORDER BY p.rn DESC LIMIT 1) END));
+END $$;
+
 -- The dashboard's KV namespaces with their live key counts, a keyset page by
 -- name (`nextAfter` is the `p_after` of the next page, null on the last).
 CREATE OR REPLACE FUNCTION queen.kv_namespaces(p_after text, p_limit integer) RETURNS json

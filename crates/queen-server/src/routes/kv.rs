@@ -1,5 +1,7 @@
 //! KV routes: `POST /api/v1/kv` (the complete surface) and the path sugar
-//! `GET|PUT|DELETE /api/v1/kv/:ns/*key` for curl users.
+//! `GET|PUT|DELETE /api/v1/kv/:ns/*key` for curl users; and the read-only
+//! KV browser, `GET /api/v1/resources/kv/namespaces` and
+//! `POST /api/v1/resources/kv/list`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -245,5 +247,49 @@ pub(crate) async fn delete_key(
     match json_body(&body) {
         Ok(text) => path_op(&app, "delete", &ns, &key, Some(text)).await,
         Err(e) => kv_failure(e),
+    }
+}
+
+/// The KV browser routes take no query string: a key or prefix in a URL
+/// would end up in access logs.
+fn refuse_query(query: &Option<String>) -> Option<Response> {
+    query.is_some().then(|| {
+        kv_error(
+            StatusCode::BAD_REQUEST,
+            "kv_bad_request",
+            "kv_no_query_string",
+            "the KV browser routes take no query string; send the page request as the JSON body",
+        )
+    })
+}
+
+/// `GET /api/v1/resources/kv/namespaces`.
+#[utoipa::path(get, path = "/api/v1/resources/kv/namespaces", tag = "kv", responses((status = 200, description = "Every namespace with its live key count and its expired rows not yet swept", body = KvNamespacesAnswer), (status = 400, description = "kv_bad_request, reason kv_no_query_string", body = KvErrorBody), (status = 503, description = "kv_unavailable; Retry-After", body = KvErrorBody)))]
+pub(crate) async fn namespaces(State(app): State<Arc<AppState>>, RawQuery(q): RawQuery) -> Response {
+    if let Some(refusal) = refuse_query(&q) {
+        return refusal;
+    }
+    match app.engine.kv_namespace_counts().await {
+        Ok(json) => json_response(StatusCode::OK, json.0),
+        Err(e) => kv_failure(e.into()),
+    }
+}
+
+/// `POST /api/v1/resources/kv/list`: one keyset page of one namespace.
+#[utoipa::path(post, path = "/api/v1/resources/kv/list", tag = "kv", request_body = KvListBody, responses((status = 200, description = "The keys of the page in byte order, expired-but-unswept rows labelled; nextCursor when more remain", body = KvListAnswer), (status = 400, description = "kv_bad_request with its reason (kv_bad_namespace, kv_bad_prefix, kv_bad_cursor, kv_bad_limit, kv_bad_body, kv_no_query_string)", body = KvErrorBody), (status = 413, description = "Body too large", body = KvErrorBody), (status = 503, description = "kv_unavailable; Retry-After", body = KvErrorBody)))]
+pub(crate) async fn list(State(app): State<Arc<AppState>>, RawQuery(q): RawQuery, body: Body) -> Response {
+    if let Some(refusal) = refuse_query(&q) {
+        return refusal;
+    }
+    let request = match json_body(&body).map_err(kv_failure) {
+        Ok(text) => match queen_engine::decode_kv_list(text) {
+            Ok(r) => r,
+            Err(e) => return kv_failure(e.into()),
+        },
+        Err(resp) => return resp,
+    };
+    match app.engine.kv_list(&request).await {
+        Ok(json) => json_response(StatusCode::OK, json.0),
+        Err(e) => kv_failure(e.into()),
     }
 }

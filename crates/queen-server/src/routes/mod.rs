@@ -68,6 +68,8 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(broker::seek))
         .routes(routes!(kv::batch))
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
+        .routes(routes!(kv::namespaces))
+        .routes(routes!(kv::list))
         .routes(routes!(locks::locks))
         .routes(routes!(ephemeral::configure))
         .routes(routes!(ephemeral::push))

@@ -1,4 +1,5 @@
-//! `kv get|put|incr|del|prefix`: one KV op per call through `POST /api/v1/kv`.
+//! `kv get|put|incr|del|prefix`: one KV op per call through `POST /api/v1/kv`;
+//! `kv namespaces|list`: the read-only KV browser (`/api/v1/resources/kv/*`).
 //!
 //! The ops are queen-engine's [`KvOp`], so the wire form is the one the SDK
 //! and the broker's own tests send. A write that did not apply is exit 3
@@ -30,6 +31,28 @@ pub(crate) enum KvCommand {
     Del(DelArgs),
     /// List the live keys under a prefix, in key order.
     Prefix(PrefixArgs),
+    /// Every namespace with its live key count and its expired rows not yet swept.
+    Namespaces,
+    /// Browse a namespace's keys in key order, expired rows not yet swept included.
+    List(ListArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ListArgs {
+    /// The namespace.
+    ns: String,
+    /// Only keys under this prefix (default: every key).
+    #[arg(long, default_value = "")]
+    prefix: String,
+    /// Start strictly after this key (the nextCursor of the previous page).
+    #[arg(long, value_name = "KEY")]
+    cursor: Option<String>,
+    /// Keys per page (1..=1000, larger is clamped; 100 by default).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    limit: Option<u32>,
+    /// Walk every page (with --json, one page object per line).
+    #[arg(long)]
+    all: bool,
 }
 
 /// Exactly one expiry: every write names one, there is no default.
@@ -221,7 +244,74 @@ pub(crate) async fn run(ctx: &Ctx, command: KvCommand) -> Outcome {
             write(ctx, "delete", &op).await
         }
         KvCommand::Prefix(a) => prefix(ctx, a).await,
+        KvCommand::Namespaces => namespaces(ctx).await,
+        KvCommand::List(a) => list(ctx, a).await,
     }
+}
+
+async fn namespaces(ctx: &Ctx) -> Outcome {
+    #[derive(Deserialize)]
+    struct Answer {
+        namespaces: Vec<queen_client::NamespaceCount>,
+    }
+    let json = ctx.broker.kv_namespaces().await?;
+    if ctx.json {
+        return ctx.out_json(json.as_str());
+    }
+    let answer: Answer = decode(json.as_str(), "kv namespaces")?;
+    if answer.namespaces.is_empty() {
+        return ctx.out("no KV namespaces\n");
+    }
+    let mut t = Table::new(["NAMESPACE", "KEYS", "EXPIRED"]);
+    for n in &answer.namespaces {
+        t.row([n.namespace.clone(), n.keys.to_string(), n.expired.to_string()]);
+    }
+    ctx.out(&t.render())
+}
+
+async fn list(ctx: &Ctx, a: ListArgs) -> Outcome {
+    let mut cursor = a.cursor.clone();
+    let mut t = Table::new(["KEY", "VERSION", "EXPIRES", "VALUE"]);
+    let mut count = 0usize;
+    loop {
+        let body =
+            serde_json::json!({"namespace": a.ns, "prefix": a.prefix, "cursor": cursor, "limit": a.limit});
+        let json = ctx.broker.kv_list(&body.to_string()).await?;
+        if ctx.json {
+            ctx.out_json(json.as_str())?;
+        }
+        let page: queen_client::ListPage = decode(json.as_str(), "kv list")?;
+        for row in &page.keys {
+            count += 1;
+            let expiry = if row.expired {
+                format!("{} (expired)", expires(&row.expires_at))
+            } else {
+                expires(&row.expires_at)
+            };
+            t.row([row.key.clone(), row.version.to_string(), expiry, clip(row.value.get(), 60)]);
+        }
+        match page.next_cursor {
+            Some(next) if a.all => cursor = Some(next),
+            Some(next) => {
+                if !ctx.json {
+                    let mut text = t.render();
+                    text.push_str(&format!("{count} keys; more follow: --cursor '{next}' (or --all)\n"));
+                    ctx.out(&text)?;
+                }
+                return Ok(());
+            }
+            None => break,
+        }
+    }
+    if ctx.json {
+        return Ok(());
+    }
+    if count == 0 {
+        return ctx.out(&format!("no keys under {:?} in {}\n", a.prefix, a.ns));
+    }
+    let mut text = t.render();
+    text.push_str(&format!("{count} keys\n"));
+    ctx.out(&text)
 }
 
 async fn get(ctx: &Ctx, ns: String, key: String) -> Outcome {

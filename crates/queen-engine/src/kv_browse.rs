@@ -1,0 +1,165 @@
+//! The KV browser: every namespace with its key count, and keyset pages of
+//! one namespace's keys, expired-but-unswept rows included and labelled.
+//! Read-only; the request is checked here once (kv.md's error envelope),
+//! SQL takes typed parameters.
+
+use serde_json::value::RawValue;
+
+use crate::kv_decode::{has_lone_surrogate, kv_reject, valid_namespace};
+use crate::wire::{self, Kind};
+use crate::{Engine, EngineError, Json};
+
+/// Keys of a page when the request names no limit.
+pub const KV_LIST_DEFAULT_LIMIT: u32 = 100;
+/// The most keys of a page; a larger limit is clamped to it.
+pub const KV_LIST_MAX_LIMIT: u32 = 1000;
+/// Keys are at most this long, so a longer prefix or cursor matches nothing.
+const MAX_KEY_BYTES: usize = 512;
+
+/// One page request of `POST /api/v1/resources/kv/list`, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvListRequest {
+    /// The namespace browsed.
+    pub namespace: String,
+    /// Only keys that start with it (empty: every key).
+    pub prefix: String,
+    /// The page starts strictly after this key.
+    pub cursor: Option<String>,
+    /// Keys of the page, 1..=[`KV_LIST_MAX_LIMIT`].
+    pub limit: u32,
+}
+
+/// Decodes `{namespace, prefix?, cursor?, limit?}`; every refusal is a KV
+/// 400 (`kv_bad_request` with a reason).
+pub fn decode_kv_list(body: &str) -> Result<KvListRequest, EngineError> {
+    if wire::has_nul_escape(body) {
+        return Err(kv_reject("kv_bad_key", "keys and prefixes must not contain NUL (\\u0000)"));
+    }
+    let bad_body =
+        || kv_reject("kv_bad_body", "the body must be {\"namespace\", \"prefix\"?, \"cursor\"?, \"limit\"?}");
+    let raw: &RawValue = serde_json::from_str(body).map_err(|_| bad_body())?;
+    let fields = wire::fields(raw).ok_or_else(bad_body)?;
+    if let Some(name) =
+        fields.keys().find(|k| !matches!(k.as_str(), "namespace" | "prefix" | "cursor" | "limit"))
+    {
+        return Err(kv_reject("kv_bad_body", &format!("unknown field {name:?}")));
+    }
+    let string = |name: &str, reason: &str| -> Result<Option<String>, EngineError> {
+        match fields.get(name) {
+            None => Ok(None),
+            Some(v) if wire::kind(v) == Kind::Null && name != "namespace" => Ok(None),
+            Some(v) if wire::kind(v) == Kind::String => {
+                let s = wire::string(v)
+                    .map_err(|_| kv_reject(reason, &format!("{name} is not storable text")))?;
+                if has_lone_surrogate(v.get()) {
+                    return Err(kv_reject(reason, &format!("{name} holds a lone surrogate")));
+                }
+                Ok(Some(s))
+            }
+            Some(_) => Err(kv_reject(reason, &format!("{name} must be a string"))),
+        }
+    };
+    let namespace = string("namespace", "kv_bad_namespace")?
+        .ok_or_else(|| kv_reject("kv_bad_namespace", "namespace is required"))?;
+    if !valid_namespace(&namespace) {
+        return Err(kv_reject("kv_bad_namespace", "namespace must match ^[a-z0-9][a-z0-9._-]{0,63}$"));
+    }
+    let prefix = string("prefix", "kv_bad_prefix")?.unwrap_or_default();
+    if prefix.len() > MAX_KEY_BYTES {
+        return Err(kv_reject("kv_bad_prefix", &format!("prefix is longer than {MAX_KEY_BYTES} bytes")));
+    }
+    let cursor = string("cursor", "kv_bad_cursor")?;
+    if cursor.as_ref().is_some_and(|c| c.is_empty() || c.len() > MAX_KEY_BYTES) {
+        return Err(kv_reject("kv_bad_cursor", &format!("cursor must be a key: 1 to {MAX_KEY_BYTES} bytes")));
+    }
+    let limit = match fields.get("limit") {
+        None => KV_LIST_DEFAULT_LIMIT,
+        Some(v) if wire::kind(v) == Kind::Null => KV_LIST_DEFAULT_LIMIT,
+        Some(v) => {
+            let bad = || kv_reject("kv_bad_limit", "limit must be an integer of at least 1");
+            if wire::kind(v) != Kind::Number || !v.get().bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            // Digits only: a number too large for u64 is still a valid (clamped) limit.
+            let n = v.get().parse::<u64>().unwrap_or(u64::MAX);
+            if n == 0 {
+                return Err(bad());
+            }
+            n.min(u64::from(KV_LIST_MAX_LIMIT)) as u32
+        }
+    };
+    Ok(KvListRequest { namespace, prefix, cursor, limit })
+}
+
+impl Engine {
+    /// Every KV namespace with its live key count and its expired rows the
+    /// sweeper has not deleted yet: `{"namespaces": [{namespace, keys, expired}]}`.
+    pub async fn kv_namespace_counts(&self) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.kv_namespace_counts()::text", &[]).await
+    }
+
+    /// One keyset page of a namespace's keys in byte order, bounded by the
+    /// limit and by the KV read byte ceiling (at least one row when one
+    /// exists): `{namespace, keys: [...], nextCursor}`.
+    pub async fn kv_list(&self, req: &KvListRequest) -> Result<Json, EngineError> {
+        let limit = req.limit as i32;
+        self.call_json(
+            "SELECT queen.kv_list($1, $2, $3, $4, $5)::text",
+            &[&req.namespace, &req.prefix, &req.cursor, &limit, &self.kv_max_read_bytes()],
+        )
+        .await
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn reason(body: &str) -> String {
+        match decode_kv_list(body) {
+            Err(EngineError::Rejected { status: 400, body }) => {
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                assert_eq!(v["error"], "kv_bad_request");
+                v["reason"].as_str().unwrap().to_owned()
+            }
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn decodes_and_clamps() {
+        let r = decode_kv_list(r#"{"namespace":"ns"}"#).unwrap();
+        assert_eq!(r, KvListRequest { namespace: "ns".into(), prefix: "".into(), cursor: None, limit: 100 });
+        let r = decode_kv_list(r#"{"namespace":"ns","prefix":"a/","cursor":"a/b","limit":5000}"#).unwrap();
+        assert_eq!((r.prefix.as_str(), r.cursor.as_deref(), r.limit), ("a/", Some("a/b"), 1000));
+        let r = decode_kv_list(r#"{"namespace":"ns","limit":99999999999999999999999}"#).unwrap();
+        assert_eq!(r.limit, 1000);
+        let r = decode_kv_list(r#"{"namespace":"ns","cursor":null,"limit":null}"#).unwrap();
+        assert_eq!((r.cursor, r.limit), (None, 100));
+    }
+
+    #[test]
+    fn refuses_bad_input() {
+        assert_eq!(reason("[]"), "kv_bad_body");
+        assert_eq!(reason("nope"), "kv_bad_body");
+        assert_eq!(reason(r#"{"namespace":"ns","extra":1}"#), "kv_bad_body");
+        assert_eq!(reason("{}"), "kv_bad_namespace");
+        assert_eq!(reason(r#"{"namespace":null}"#), "kv_bad_namespace");
+        assert_eq!(reason(r#"{"namespace":"Bad NS"}"#), "kv_bad_namespace");
+        assert_eq!(reason(r#"{"namespace":7}"#), "kv_bad_namespace");
+        assert_eq!(reason(r#"{"namespace":"ns","prefix":1}"#), "kv_bad_prefix");
+        assert_eq!(reason(r#"{"namespace":"ns","cursor":1}"#), "kv_bad_cursor");
+        assert_eq!(reason(r#"{"namespace":"ns","cursor":""}"#), "kv_bad_cursor");
+        assert_eq!(reason(r#"{"namespace":"ns","cursor":["a"]}"#), "kv_bad_cursor");
+        for limit in ["0", "-1", "1.5", "1e3", "\"10\"", "true"] {
+            assert_eq!(
+                reason(&format!(r#"{{"namespace":"ns","limit":{limit}}}"#)),
+                "kv_bad_limit",
+                "{limit}"
+            );
+        }
+        assert_eq!(reason(r#"{"namespace":"ns","prefix":"a\u0000"}"#), "kv_bad_key");
+        assert_eq!(reason(r#"{"namespace":"ns","prefix":"\ud800"}"#), "kv_bad_prefix");
+    }
+}
