@@ -1,10 +1,14 @@
-//! Optional authentication: static bearer tokens and JWTs (HS256, RS256).
+//! Optional authentication: static bearer tokens and JWTs (HS256, HS384,
+//! HS512, RS256, EdDSA, and whatever a JWKS URL publishes).
 //!
 //! Off by default, because the broker is usually reached on a private
 //! network and the official clients send no credentials unless they are
 //! given a `bearerToken`. Once any token or key is configured, every request
 //! but `GET /health` (which load balancers probe without credentials) must
-//! carry `Authorization: Bearer <token>`.
+//! carry `Authorization: Bearer <token>`. `JWT_SKIP_PATHS` (Queen's) names
+//! more paths that need none: an exact path, or a prefix written with a
+//! trailing `/` (`/public/` opens `/public/x`; `/` alone is only the root),
+//! compared with the request's path as sent.
 //!
 //! **Roles** are Queen's: `read-only` < `read-write` < `admin`. A static
 //! token has the role it was configured with. A JWT has the highest role
@@ -47,16 +51,21 @@
 //! constant time, digest against digest, so neither the bytes nor the length
 //! of a configured token can be learnt from response timing.
 //!
-//! **JWTs.** The header's `alg` picks the key: `HS256` is verified with the
-//! configured secret only, `RS256` with the configured public key only, and
-//! anything else (`none` included) is refused. An HS256 token "signed" with
-//! the RSA public key therefore meets the HMAC secret (or no key at all) and
-//! fails. `exp` is required, `nbf` is honoured, both with a 30 s leeway for
+//! **JWTs.** The header's `alg` picks the key: `HS256`, `HS384` and `HS512`
+//! are verified with the configured secret only, `RS256` with the configured
+//! RSA public key, `EdDSA` with the configured Ed25519 public key, and the
+//! asymmetric algorithms also with the JWKS URL's key of the token's `kid`
+//! (`jwks`); anything else (`none` included) is refused, and so is an
+//! algorithm left out of a configured allow-list (Queen's `JWT_ALGORITHM`).
+//! An HS256 token "signed" with an RSA public key therefore meets the HMAC
+//! secret (or no key at all) and fails. A JWKS URL that cannot be read is a
+//! 503 (`jwks_unavailable`, with `Retry-After`), never an acceptance. `exp` is required, `nbf` is honoured, both with a 30 s leeway for
 //! clock skew; `iss` and `aud` are required and must match when an issuer or
 //! audience is configured (and `aud` is not checked when none is).
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -67,6 +76,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::error::json_response;
+use crate::jwks::{Jwks, JwksSettings, NoKey};
 
 /// Seconds of clock skew tolerated on `exp` and `nbf`.
 const LEEWAY_SECS: u64 = 30;
@@ -125,12 +135,21 @@ pub enum AuthConfigError {
     /// A role other than Queen's three (or our `read`/`write`).
     #[error("unknown role {0:?}: use read-only, read-write or admin")]
     UnknownRole(String),
-    /// An empty HS256 secret signs nothing.
-    #[error("the JWT HS256 secret must not be empty")]
+    /// An empty HMAC secret signs nothing.
+    #[error("the JWT HMAC secret must not be empty")]
     EmptySecret,
-    /// The RS256 key is not an RSA public key in PEM.
-    #[error("the JWT RS256 public key is not usable: {0}")]
+    /// The RS256 or EdDSA key is not a public key of its kind in PEM.
+    #[error("the JWT public key is not usable: {0}")]
     BadPublicKey(String),
+    /// The JWKS URL or its CA cannot be used.
+    #[error("the JWT JWKS setting is not usable: {0}")]
+    BadJwks(String),
+    /// An algorithm we do not verify (or `none`).
+    #[error("unknown JWT algorithm {0:?}: use HS256, HS384, HS512, RS256, EdDSA (or auto)")]
+    UnknownAlgorithm(String),
+    /// A skip path that is not a path.
+    #[error("a skip path must start with '/': {0:?}")]
+    BadSkipPath(String),
 }
 
 /// Who may call the API. `AuthConfig::default()` is off: every request is
@@ -143,10 +162,16 @@ pub struct AuthConfig {
     /// SHA-256 of each static token with its role; the tokens themselves are
     /// not kept.
     tokens: Vec<([u8; 32], Role)>,
-    hs256: Option<DecodingKey>,
+    /// The shared secret of HS256, HS384 and HS512.
+    hmac: Option<DecodingKey>,
     rs256: Option<DecodingKey>,
+    ed25519: Option<DecodingKey>,
+    jwks: Option<Arc<Jwks>>,
+    /// The only algorithms accepted; empty: every one a key is configured for.
+    algorithms: Vec<Algorithm>,
     issuer: Option<String>,
     audience: Option<String>,
+    skip_paths: Vec<String>,
 }
 
 /// Lists what is configured, never a secret.
@@ -154,8 +179,12 @@ impl fmt::Debug for AuthConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AuthConfig")
             .field("static_tokens", &self.tokens.len())
-            .field("hs256", &self.hs256.is_some())
+            .field("hmac", &self.hmac.is_some())
             .field("rs256", &self.rs256.is_some())
+            .field("ed25519", &self.ed25519.is_some())
+            .field("jwks", &self.jwks)
+            .field("algorithms", &self.algorithms)
+            .field("skip_paths", &self.skip_paths)
             .field("issuer", &self.issuer)
             .field("audience", &self.audience)
             .finish()
@@ -165,13 +194,13 @@ impl fmt::Debug for AuthConfig {
 impl AuthConfig {
     /// True when any credential is configured, i.e. requests are checked.
     pub fn is_enabled(&self) -> bool {
-        !self.tokens.is_empty() || self.hs256.is_some() || self.rs256.is_some()
+        !self.tokens.is_empty() || self.accepts_jwt()
     }
 
     /// True when a JWT key is configured (an issuer or audience means
     /// nothing without one).
     pub fn accepts_jwt(&self) -> bool {
-        self.hs256.is_some() || self.rs256.is_some()
+        self.hmac.is_some() || self.rs256.is_some() || self.ed25519.is_some() || self.jwks.is_some()
     }
 
     /// Accepts `token` as a static bearer token with `role`.
@@ -197,13 +226,90 @@ impl AuthConfig {
         }
     }
 
-    /// Accepts JWTs signed with HS256 and this shared secret.
-    pub fn with_hs256_secret(mut self, secret: &[u8]) -> Result<Self, AuthConfigError> {
+    /// Accepts JWTs signed with HS256, HS384 or HS512 and this shared secret.
+    pub fn with_hmac_secret(mut self, secret: &[u8]) -> Result<Self, AuthConfigError> {
         if secret.is_empty() {
             return Err(AuthConfigError::EmptySecret);
         }
-        self.hs256 = Some(DecodingKey::from_secret(secret).map_err(|_| AuthConfigError::EmptySecret)?);
+        self.hmac = Some(DecodingKey::from_secret(secret).map_err(|_| AuthConfigError::EmptySecret)?);
         Ok(self)
+    }
+
+    /// The earlier name of [`AuthConfig::with_hmac_secret`] (HS384 and HS512
+    /// are accepted too).
+    pub fn with_hs256_secret(self, secret: &[u8]) -> Result<Self, AuthConfigError> {
+        self.with_hmac_secret(secret)
+    }
+
+    /// Accepts JWTs signed with EdDSA, verified with this Ed25519 public key
+    /// (PEM, `BEGIN PUBLIC KEY`).
+    pub fn with_ed25519_public_key_pem(mut self, pem: &[u8]) -> Result<Self, AuthConfigError> {
+        if pem.windows(b"PRIVATE KEY".len()).any(|w| w == b"PRIVATE KEY") {
+            return Err(AuthConfigError::BadPublicKey(
+                "this is a private key; give the broker the public key only".into(),
+            ));
+        }
+        let key = DecodingKey::from_ed_pem(pem).map_err(|e| AuthConfigError::BadPublicKey(e.to_string()))?;
+        // An Ed25519 public key is 32 bytes; anything else verifies nothing.
+        if key.try_get_as_bytes().map(<[u8]>::len).ok() != Some(32) {
+            return Err(AuthConfigError::BadPublicKey("not an Ed25519 public key".into()));
+        }
+        self.ed25519 = Some(key);
+        Ok(self)
+    }
+
+    /// Accepts JWTs signed with the asymmetric keys of a JWKS URL (the
+    /// token's `kid` picks the key; see `jwks`).
+    pub fn with_jwks(mut self, settings: JwksSettings) -> Result<Self, AuthConfigError> {
+        self.jwks = Some(Arc::new(Jwks::new(settings)?));
+        Ok(self)
+    }
+
+    /// Accepts only these algorithms (`HS256`, `HS384`, `HS512`, `RS256`,
+    /// `EdDSA`, or `auto` for any with a key, Queen's `JWT_ALGORITHM`).
+    pub fn with_algorithms<S: AsRef<str>>(mut self, names: &[S]) -> Result<Self, AuthConfigError> {
+        let mut algorithms = Vec::new();
+        for name in names.iter().map(|n| n.as_ref().trim()).filter(|n| !n.is_empty()) {
+            if name.eq_ignore_ascii_case("auto") {
+                return Ok(Self { algorithms: Vec::new(), ..self });
+            }
+            match Algorithm::from_str(name) {
+                Ok(
+                    a @ (Algorithm::HS256
+                    | Algorithm::HS384
+                    | Algorithm::HS512
+                    | Algorithm::RS256
+                    | Algorithm::EdDSA),
+                ) => algorithms.push(a),
+                _ => return Err(AuthConfigError::UnknownAlgorithm(name.to_owned())),
+            }
+        }
+        self.algorithms = algorithms;
+        Ok(self)
+    }
+
+    /// Paths served without credentials (Queen's `JWT_SKIP_PATHS`): an exact
+    /// path, or a prefix when it ends with `/` (but `/` alone is the root only).
+    pub fn with_skip_paths<S: AsRef<str>>(mut self, paths: &[S]) -> Result<Self, AuthConfigError> {
+        for path in paths.iter().map(|p| p.as_ref().trim()).filter(|p| !p.is_empty()) {
+            if !path.starts_with('/') {
+                return Err(AuthConfigError::BadSkipPath(path.to_owned()));
+            }
+            self.skip_paths.push(path.to_owned());
+        }
+        Ok(self)
+    }
+
+    /// How many times the JWKS URL was fetched (0 without one); for tests.
+    pub fn jwks_fetches(&self) -> u64 {
+        self.jwks.as_ref().map_or(0, |j| j.fetches())
+    }
+
+    /// Whether `path` is one of the skip paths (Queen's `should_skip_path`).
+    fn skips(&self, path: &str) -> bool {
+        self.skip_paths.iter().any(|skip| {
+            path == skip || (skip.len() > 1 && skip.ends_with('/') && path.starts_with(skip.as_str()))
+        })
     }
 
     /// Accepts JWTs signed with RS256, verified with this RSA public key
@@ -225,6 +331,16 @@ impl AuthConfig {
         Ok(self)
     }
 
+    /// A public key in PEM, RSA (for RS256) or Ed25519 (for EdDSA), whichever
+    /// it is (Queen's `JWT_PUBLIC_KEY`).
+    pub fn with_public_key_pem(self, pem: &[u8]) -> Result<Self, AuthConfigError> {
+        let ed = self.clone().with_ed25519_public_key_pem(pem);
+        match self.with_rs256_public_key_pem(pem) {
+            Ok(auth) => Ok(auth),
+            Err(rsa_error) => ed.map_err(|_| rsa_error),
+        }
+    }
+
     /// Requires JWTs to carry `iss` equal to `issuer`.
     pub fn with_issuer(mut self, issuer: impl Into<String>) -> Self {
         self.issuer = Some(issuer.into());
@@ -239,19 +355,48 @@ impl AuthConfig {
 
     /// Who `token` authenticates as (the dashboard's session cookie holds a
     /// token and is checked by the same rules as a bearer token).
-    pub(crate) fn caller_for(&self, token: &str) -> Option<Caller> {
-        self.authenticate(token).ok()
+    pub(crate) async fn caller_for(&self, token: &str) -> Option<Caller> {
+        self.authenticate(token).await.ok()
     }
 
     /// Who presented `token`, or why it is refused.
-    fn authenticate(&self, token: &str) -> Result<Caller, Denied> {
+    async fn authenticate(&self, token: &str) -> Result<Caller, Denied> {
         if let Some(role) = self.static_role(token) {
             return Ok(Caller { role, sub: None });
         }
         if self.accepts_jwt() && token.bytes().filter(|&b| b == b'.').count() == 2 {
-            return self.jwt_role(token);
+            return self.jwt_role(token).await;
         }
         Err(Denied::Unauthorized("invalid token"))
+    }
+
+    /// The key that verifies a token of this header: the secret for HMAC,
+    /// for the asymmetric algorithms the JWKS key of its `kid` (a token
+    /// with a `kid`, or no static key of its kind), else the static key.
+    async fn key_for(&self, header: &jsonwebtoken::Header) -> Result<DecodingKey, Denied> {
+        let refused = Denied::Unauthorized("token algorithm not accepted");
+        if !self.algorithms.is_empty() && !self.algorithms.contains(&header.alg) {
+            return Err(refused);
+        }
+        let fixed = match header.alg {
+            Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => {
+                return self.hmac.clone().ok_or(refused)
+            }
+            Algorithm::RS256 => self.rs256.as_ref(),
+            Algorithm::EdDSA => self.ed25519.as_ref(),
+            // Other asymmetric algorithms only from a JWKS that publishes them.
+            _ => None,
+        };
+        match (&self.jwks, fixed) {
+            (Some(jwks), fixed) if header.kid.is_some() || fixed.is_none() => {
+                jwks.key_for(header.kid.as_deref(), header.alg).await.map_err(|no| match no {
+                    NoKey::Unknown => Denied::Unauthorized("token signed with a key the JWKS does not hold"),
+                    NoKey::Unavailable => Denied::Unavailable("the JWKS URL cannot be read; retry later"),
+                })
+            }
+            (_, Some(key)) => Ok(key.clone()),
+            (_, None) => Err(refused),
+        }
     }
 
     /// Compares against every configured token, without stopping at a match.
@@ -266,15 +411,10 @@ impl AuthConfig {
         found
     }
 
-    fn jwt_role(&self, token: &str) -> Result<Caller, Denied> {
+    async fn jwt_role(&self, token: &str) -> Result<Caller, Denied> {
         // `alg: none` and unknown algorithms do not parse into `Algorithm`.
         let header = jsonwebtoken::decode_header(token).map_err(|_| Denied::Unauthorized("invalid token"))?;
-        let key = match header.alg {
-            Algorithm::HS256 => self.hs256.as_ref(),
-            Algorithm::RS256 => self.rs256.as_ref(),
-            _ => None,
-        }
-        .ok_or(Denied::Unauthorized("token algorithm not accepted"))?;
+        let key = self.key_for(&header).await?;
         let mut validation = Validation::new(header.alg);
         validation.leeway = LEEWAY_SECS;
         validation.validate_nbf = true;
@@ -291,7 +431,7 @@ impl AuthConfig {
             None => validation.validate_aud = false,
         }
         validation.set_required_spec_claims(&required);
-        let data = jsonwebtoken::decode::<Claims>(token, key, &validation).map_err(|e| {
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|e| {
             Denied::Unauthorized(match e.kind() {
                 ErrorKind::ExpiredSignature => "token expired",
                 ErrorKind::ImmatureSignature => "token not valid yet",
@@ -333,6 +473,9 @@ fn digest(token: &str) -> [u8; 32] {
 enum Denied {
     Unauthorized(&'static str),
     Forbidden(&'static str),
+    /// The keys cannot be had (a JWKS URL down): not the caller's fault, and
+    /// never an acceptance.
+    Unavailable(&'static str),
 }
 
 /// `GET /health` stays open so that probes need no credentials.
@@ -395,6 +538,15 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 fn refusal(denied: &Denied) -> Response {
+    if let Denied::Unavailable(reason) = denied {
+        let body = serde_json::json!({
+            "error": format!("jwks_unavailable: {reason}"), "code": "jwks_unavailable", "detail": reason,
+        });
+        let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        close_after(&mut resp);
+        return resp;
+    }
     let (status, code, reason, challenge) = match denied {
         Denied::Unauthorized(reason) => (
             StatusCode::UNAUTHORIZED,
@@ -408,6 +560,7 @@ fn refusal(denied: &Denied) -> Response {
             *reason,
             "Bearer realm=\"queen\", error=\"insufficient_scope\"",
         ),
+        Denied::Unavailable(_) => return json_response(StatusCode::SERVICE_UNAVAILABLE, String::new()),
     };
     let body = serde_json::json!({"error": format!("{code}: {reason}"), "code": code, "detail": reason});
     let mut resp = json_response(status, body.to_string());
@@ -427,13 +580,15 @@ fn close_after(resp: &mut Response) {
 /// (inside the request id and the metrics, see `edge`, so refusals are
 /// counted and carry an `x-request-id`); answers the refusal, if any. The
 /// caller goes into the request's extensions.
-pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Option<Response> {
+pub(crate) async fn check(auth: &AuthConfig, req: &mut Request) -> Option<Response> {
     if !auth.is_enabled() {
         return None;
     }
-    let route = req.extensions().get::<MatchedPath>().map(|p| p.as_str());
-    let method = req.method();
-    if is_open(method, route) || is_dashboard(route) {
+    let matched = req.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map(MatchedPath::as_str);
+    let method = req.method().clone();
+    let method = &method;
+    if is_open(method, route) || is_dashboard(route) || auth.skips(req.uri().path()) {
         return None;
     }
     let verdict = match bearer(req.headers()) {
@@ -449,7 +604,7 @@ pub(crate) fn check(auth: &AuthConfig, req: &mut Request) -> Option<Response> {
             close_after(&mut resp);
             return Some(resp);
         }
-        Some(token) => auth.authenticate(token).and_then(|caller| match required_role(method, route) {
+        Some(token) => auth.authenticate(token).await.and_then(|caller| match required_role(method, route) {
             needed if caller.role >= needed => Ok(caller),
             Role::Admin => Err(Denied::Forbidden("this route needs the admin role")),
             _ => Err(Denied::Forbidden("this route needs the read-write role")),

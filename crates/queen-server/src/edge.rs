@@ -96,7 +96,7 @@ async fn measured(edge: Arc<Edge>, req: Request, next: Next) -> Response {
 }
 
 async fn checked(edge: &Edge, mut req: Request, next: Next) -> Response {
-    if let Some(refusal) = crate::auth::check(&edge.auth, &mut req) {
+    if let Some(refusal) = crate::auth::check(&edge.auth, &mut req).await {
         return refusal;
     }
     let req = match crate::body_guard::read(edge.body, req).await {

@@ -14,6 +14,7 @@ mod dashboard;
 mod edge;
 mod error;
 mod extract;
+mod jwks;
 mod metrics;
 mod openapi;
 mod routes;
@@ -30,6 +31,7 @@ use tokio::net::TcpListener;
 
 pub use auth::{AuthConfig, AuthConfigError, Caller, Role};
 pub use error::ApiError;
+pub use jwks::JwksSettings;
 pub use tls::{TlsIdentity, TlsSetupError};
 
 /// Settings of the HTTP layer.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use queen_engine::{DbConfig, Engine, EngineError, EngineOptions};
-use queen_server::{AuthConfig, ServerConfig};
+use queen_server::{AuthConfig, JwksSettings, ServerConfig};
 
 #[derive(Parser)]
 #[command(
@@ -242,12 +242,40 @@ struct ServeArgs {
     /// turns authentication on. Prefer the environment: flags show in `ps`.
     #[arg(long = "auth-token", env = "QUEEN_AUTH_TOKENS", value_delimiter = ',', hide_env_values = true)]
     auth_tokens: Vec<String>,
-    /// Accept JWTs signed with HS256 and this secret (role from the `role` claim).
+    /// Accept JWTs signed with HS256, HS384 or HS512 and this secret (role from the `role`
+    /// claim). Queen's JWT_SECRET when JWT_ENABLED=true.
     #[arg(long, env = "QUEEN_JWT_SECRET", hide_env_values = true)]
     jwt_secret: Option<String>,
-    /// Accept JWTs signed with RS256, verified with this PEM RSA public key file.
+    /// Accept JWTs signed with RS256 or EdDSA, verified with this PEM public key file (RSA or
+    /// Ed25519). Queen's JWT_PUBLIC_KEY (the PEM itself) when JWT_ENABLED=true.
     #[arg(long, env = "QUEEN_JWT_PUBLIC_KEY_FILE")]
     jwt_public_key_file: Option<PathBuf>,
+    /// Accept JWTs signed with the keys of this https:// JWKS URL, picked by the token's `kid`.
+    /// Queen's JWT_JWKS_URL when JWT_ENABLED=true.
+    #[arg(long, env = "QUEEN_JWT_JWKS_URL")]
+    jwt_jwks_url: Option<String>,
+    /// Extra CA certificates (PEM) trusted for the JWKS URL, beside the system's.
+    #[arg(long, env = "QUEEN_JWT_JWKS_CA_FILE")]
+    jwt_jwks_ca_file: Option<PathBuf>,
+    /// Seconds a fetched JWKS is used before it is fetched again (Queen's JWT_JWKS_REFRESH_INTERVAL).
+    #[arg(long, env = "QUEEN_JWT_JWKS_REFRESH_INTERVAL")]
+    jwt_jwks_refresh_interval: Option<u64>,
+    /// Milliseconds one JWKS fetch may take (Queen's JWT_JWKS_TIMEOUT_MS).
+    #[arg(long, env = "QUEEN_JWT_JWKS_TIMEOUT_MS")]
+    jwt_jwks_timeout_ms: Option<u64>,
+    /// The least milliseconds between two JWKS fetches: tokens naming unknown `kid`s (or a
+    /// failing URL) cost the identity provider at most one request per this interval.
+    #[arg(long, env = "QUEEN_JWT_JWKS_COOLDOWN_MS", default_value_t = 10_000)]
+    jwt_jwks_cooldown_ms: u64,
+    /// Accept only these JWT algorithms (comma-separated: HS256, HS384, HS512, RS256, EdDSA;
+    /// `auto`: any one a key is configured for). Queen's JWT_ALGORITHM when JWT_ENABLED=true.
+    #[arg(long, env = "QUEEN_JWT_ALGORITHM", value_delimiter = ',')]
+    jwt_algorithm: Vec<String>,
+    /// Paths served without a token (comma-separated; an entry ending in `/` is a prefix).
+    /// Queen's JWT_SKIP_PATHS when JWT_ENABLED=true (default there
+    /// /health,/metrics/prometheus,/metrics,/).
+    #[arg(long, env = "QUEEN_JWT_SKIP_PATHS", value_delimiter = ',')]
+    jwt_skip_paths: Option<Vec<String>>,
     /// Require JWTs to carry this `iss`.
     #[arg(long, env = "QUEEN_JWT_ISSUER")]
     jwt_issuer: Option<String>,
@@ -256,32 +284,102 @@ struct ServeArgs {
     jwt_audience: Option<String>,
 }
 
+/// Queen's own name of a JWT setting, read only when `JWT_ENABLED=true` (as
+/// Queen reads them): ours win when both are given.
+fn queen_jwt_env(name: &str) -> Option<String> {
+    (std::env::var("JWT_ENABLED").as_deref() == Ok("true")).then(|| std::env::var(name).ok()).flatten()
+}
+
+/// Queen's default `JWT_SKIP_PATHS`.
+const QUEEN_SKIP_PATHS: &str = "/health,/metrics/prometheus,/metrics,/";
+
+fn comma_list(text: &str) -> Vec<String> {
+    text.split(',').map(|s| s.trim().to_owned()).filter(|s| !s.is_empty()).collect()
+}
+
 /// The authentication settings, checked before the broker starts serving.
 fn auth_config(args: &ServeArgs) -> anyhow::Result<AuthConfig> {
+    let queen_mode = std::env::var("JWT_ENABLED").as_deref() == Ok("true");
     let mut auth = AuthConfig::default();
     for spec in args.auth_tokens.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
         // The error never repeats the token.
         auth = auth.with_token_spec(spec).context("bad --auth-token / QUEEN_AUTH_TOKENS entry")?;
     }
-    if let Some(secret) = &args.jwt_secret {
-        auth = auth.with_hs256_secret(secret.as_bytes()).context("bad --jwt-secret / QUEEN_JWT_SECRET")?;
+    if let Some(secret) =
+        args.jwt_secret.clone().or_else(|| queen_jwt_env("JWT_SECRET")).filter(|s| !s.is_empty())
+    {
+        auth = auth
+            .with_hmac_secret(secret.as_bytes())
+            .context("bad --jwt-secret / QUEEN_JWT_SECRET / JWT_SECRET")?;
     }
     if let Some(path) = &args.jwt_public_key_file {
         let pem = std::fs::read(path)
             .with_context(|| format!("cannot read the JWT public key file {}", path.display()))?;
         auth = auth
-            .with_rs256_public_key_pem(&pem)
+            .with_public_key_pem(&pem)
             .with_context(|| format!("bad JWT public key file {}", path.display()))?;
+    } else if let Some(pem) = queen_jwt_env("JWT_PUBLIC_KEY").filter(|p| !p.trim().is_empty()) {
+        auth = auth.with_public_key_pem(pem.as_bytes()).context("bad JWT_PUBLIC_KEY")?;
     }
-    if (args.jwt_issuer.is_some() || args.jwt_audience.is_some()) && !auth.accepts_jwt() {
-        anyhow::bail!("--jwt-issuer / --jwt-audience need --jwt-secret or --jwt-public-key-file");
+    if let Some(url) =
+        args.jwt_jwks_url.clone().or_else(|| queen_jwt_env("JWT_JWKS_URL")).filter(|u| !u.is_empty())
+    {
+        let mut settings = JwksSettings::new(url);
+        let refresh = args
+            .jwt_jwks_refresh_interval
+            .or_else(|| queen_jwt_env("JWT_JWKS_REFRESH_INTERVAL").and_then(|v| v.trim().parse().ok()));
+        if let Some(secs) = refresh {
+            settings.refresh = Duration::from_secs(secs.max(1));
+        }
+        let timeout = args
+            .jwt_jwks_timeout_ms
+            .or_else(|| queen_jwt_env("JWT_JWKS_TIMEOUT_MS").and_then(|v| v.trim().parse().ok()));
+        if let Some(ms) = timeout {
+            settings.timeout = Duration::from_millis(ms.max(1));
+        }
+        settings.cooldown = Duration::from_millis(args.jwt_jwks_cooldown_ms);
+        if let Some(path) = &args.jwt_jwks_ca_file {
+            settings.ca_pem = Some(
+                std::fs::read(path)
+                    .with_context(|| format!("cannot read the JWKS CA file {}", path.display()))?,
+            );
+        }
+        auth = auth.with_jwks(settings).context("bad --jwt-jwks-url / QUEEN_JWT_JWKS_URL / JWT_JWKS_URL")?;
     }
-    if let Some(issuer) = &args.jwt_issuer {
-        auth = auth.with_issuer(issuer.clone());
+    let algorithms = if args.jwt_algorithm.is_empty() {
+        queen_jwt_env("JWT_ALGORITHM").map(|a| comma_list(&a)).unwrap_or_default()
+    } else {
+        args.jwt_algorithm.clone()
+    };
+    auth = auth
+        .with_algorithms(&algorithms)
+        .context("bad --jwt-algorithm / QUEEN_JWT_ALGORITHM / JWT_ALGORITHM")?;
+    let issuer = args.jwt_issuer.clone().or_else(|| queen_jwt_env("JWT_ISSUER")).filter(|s| !s.is_empty());
+    let audience =
+        args.jwt_audience.clone().or_else(|| queen_jwt_env("JWT_AUDIENCE")).filter(|s| !s.is_empty());
+    if (issuer.is_some() || audience.is_some()) && !auth.accepts_jwt() {
+        anyhow::bail!("--jwt-issuer / --jwt-audience need a JWT key (secret, public key or JWKS URL)");
     }
-    if let Some(audience) = &args.jwt_audience {
-        auth = auth.with_audience(audience.clone());
+    if queen_mode && !auth.accepts_jwt() {
+        anyhow::bail!("JWT_ENABLED=true needs JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL");
     }
+    if let Some(issuer) = issuer {
+        auth = auth.with_issuer(issuer);
+    }
+    if let Some(audience) = audience {
+        auth = auth.with_audience(audience);
+    }
+    let skip_paths = match &args.jwt_skip_paths {
+        Some(paths) => paths.clone(),
+        // Set but empty is an empty list, as in Queen; unset is Queen's default.
+        None if queen_mode => {
+            comma_list(&std::env::var("JWT_SKIP_PATHS").unwrap_or_else(|_| QUEEN_SKIP_PATHS.into()))
+        }
+        None => Vec::new(),
+    };
+    auth = auth
+        .with_skip_paths(&skip_paths)
+        .context("bad --jwt-skip-paths / QUEEN_JWT_SKIP_PATHS / JWT_SKIP_PATHS")?;
     Ok(auth)
 }
 

@@ -147,7 +147,7 @@ fn secure_headers(h: &mut HeaderMap) {
 
 macro_rules! session_or_login {
     ($app:expr, $headers:expr) => {
-        match session::session(&$app, &$headers) {
+        match session::session(&$app, &$headers).await {
             Ok(s) => s,
             Err(NoSession::LoginNeeded) => return to_login(&$headers),
         }
@@ -209,7 +209,7 @@ async fn login(
     }
     let token = form.token.unwrap_or_default();
     let token = token.trim();
-    if token.is_empty() || app.config.auth.caller_for(token).is_none() {
+    if token.is_empty() || app.config.auth.caller_for(token).await.is_none() {
         return (StatusCode::UNAUTHORIZED, login_page(Some("This token is not accepted."))).into_response();
     }
     let mut resp = see_other("/");
@@ -229,7 +229,7 @@ async fn logout(
     headers: HeaderMap,
     Form(form): Form<CsrfForm>,
 ) -> Response {
-    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadOnly) {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadOnly).await {
         return session::forbidden(reason);
     }
     let mut resp = see_other(if app.config.auth.is_enabled() { "/dashboard/login" } else { "/" });
@@ -1093,7 +1093,7 @@ async fn dead_letter_action(
     form: DeadLetterForm,
     retry: bool,
 ) -> Response {
-    if let Err(reason) = session::authorize(app, headers, form.csrf.as_deref(), Role::ReadWrite) {
+    if let Err(reason) = session::authorize(app, headers, form.csrf.as_deref(), Role::ReadWrite).await {
         return session::forbidden(reason);
     }
     let Some(pid) = form.partition_id.as_deref().and_then(|p| uuid::Uuid::parse_str(p).ok()) else {
@@ -1136,7 +1136,7 @@ struct SeekForm {
 }
 
 async fn seek(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(form): Form<SeekForm>) -> Response {
-    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadWrite) {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadWrite).await {
         return session::forbidden(reason);
     }
     let (group, queue) = (form.group.unwrap_or_default(), form.queue.unwrap_or_default());
@@ -1159,7 +1159,7 @@ async fn maintenance(
     headers: HeaderMap,
     Form(form): Form<MaintenanceForm>,
 ) -> Response {
-    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::Admin) {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::Admin).await {
         return session::forbidden(reason);
     }
     let on = form.on.as_deref() == Some("true");

@@ -116,7 +116,7 @@ pub(crate) enum NoSession {
 }
 
 /// The session of a page request.
-pub(crate) fn session(app: &AppState, headers: &HeaderMap) -> Result<Session, NoSession> {
+pub(crate) async fn session(app: &AppState, headers: &HeaderMap) -> Result<Session, NoSession> {
     let raw = cookie(headers, COOKIE).filter(|v| !v.is_empty());
     let auth = &app.config.auth;
     if !auth.is_enabled() {
@@ -135,7 +135,7 @@ pub(crate) fn session(app: &AppState, headers: &HeaderMap) -> Result<Session, No
     }
     let raw = raw.ok_or(NoSession::LoginNeeded)?;
     let token = decode_token(raw).ok_or(NoSession::LoginNeeded)?;
-    let caller = auth.caller_for(&token).ok_or(NoSession::LoginNeeded)?;
+    let caller = auth.caller_for(&token).await.ok_or(NoSession::LoginNeeded)?;
     Ok(Session { role: Some(caller.role), csrf: csrf_for(raw), set_cookie: None, auth_on: true })
 }
 
@@ -155,7 +155,7 @@ pub(crate) fn same_origin(headers: &HeaderMap) -> bool {
 /// Checks an action: a session, a role of at least `needed`, and the CSRF
 /// token (form field `csrf` or header `X-CSRF-Token`). A refusal's reason
 /// is answered 403 by [`forbidden`].
-pub(crate) fn authorize(
+pub(crate) async fn authorize(
     app: &AppState,
     headers: &HeaderMap,
     csrf: Option<&str>,
@@ -164,7 +164,7 @@ pub(crate) fn authorize(
     if !same_origin(headers) {
         return Err("cross-origin request refused");
     }
-    let session = session(app, headers).map_err(|_| "no dashboard session: log in first")?;
+    let session = session(app, headers).await.map_err(|_| "no dashboard session: log in first")?;
     if session.set_cookie.is_some() {
         // A session made just now: no form of it was ever served.
         return Err("missing or wrong CSRF token");
