@@ -515,7 +515,7 @@ pub(crate) fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::Open
     use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
     let scheme = HttpBuilder::new()
         .scheme(HttpAuthScheme::Bearer)
-        .bearer_format("static token or JWT (HS256, RS256)")
+        .bearer_format("static token or JWT (HS256, HS384, HS512, RS256, EdDSA, JWKS)")
         .description(Some("A read token may call GET routes but pop; everything else needs a write token."))
         .build();
     doc.components
