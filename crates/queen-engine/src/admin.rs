@@ -191,15 +191,6 @@ impl Engine {
         self.call_json("SELECT queen.message_delete($1, $2)::text", &[partition_id, &transaction_id]).await
     }
 
-    /// Puts a dead letter back at the end of its lane.
-    pub async fn retry_message(
-        &self,
-        partition_id: &uuid::Uuid,
-        transaction_id: &str,
-    ) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.message_retry($1, $2)::text", &[partition_id, &transaction_id]).await
-    }
-
     /// Dead letters of one queue or all, newest first, a keyset page before
     /// `before` (an internal row id; `nextBefore` continues), with the total.
     pub async fn dlq_page(

@@ -20,6 +20,7 @@ mod broker;
 mod brokers;
 mod config;
 mod db;
+mod dlq;
 mod ephemeral;
 mod error;
 mod kv;
@@ -47,6 +48,7 @@ pub use brokers::{
     process_rss_bytes, TrafficMinute, TrafficTotals, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS,
 };
 pub use config::DbConfig;
+pub use dlq::{decode_replay_target, parse_dlq_id, ReplayTarget};
 pub use ephemeral::{EphemeralConfig, EphemeralPop, BROKER_BYTES as EPHEMERAL_BROKER_BYTES};
 pub use error::EngineError;
 pub use kv::{ops_to_wire, Expect, Expiry, KvOp, KvOutcome, KvResult, KvRow, PreconditionLost};

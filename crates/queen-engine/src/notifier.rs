@@ -102,7 +102,7 @@ impl Waiters {
             return true;
         }
         match serde_json::from_str::<Vec<String>>(payload) {
-            // A bare array of queue names (queen.message_retry sends one).
+            // A bare array of queue names (an older broker's queen.message_retry sent one).
             Ok(queues) => self.wake(queues.iter().map(String::as_str)),
             // '*' or anything unexpected: wake everyone.
             Err(_) => self.wake_all(),

@@ -494,7 +494,9 @@ fn required_role(method: &Method, route: Option<&str>) -> Role {
     let admin = route.is_some_and(|r| r.starts_with("/api/v1/system/"))
         || (method == Method::DELETE
             && route.is_some_and(|r| {
-                r.starts_with("/api/v1/resources/queues/") || r.starts_with("/api/v1/consumer-groups/")
+                r == "/api/v1/dlq"
+                    || r.starts_with("/api/v1/resources/queues/")
+                    || r.starts_with("/api/v1/consumer-groups/")
             }));
     if admin {
         Role::Admin

@@ -404,6 +404,53 @@ pub(crate) struct DlqParams {
     offset: Option<i64>,
 }
 
+/// Query of `DELETE /api/v1/dlq`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct DlqPurgeParams {
+    /// Required: the queue whose dead-letter records go.
+    queue: String,
+    /// Only this group's records.
+    consumerGroup: Option<String>,
+}
+
+/// Body of `POST /api/v1/dlq/{id}/replay` (optional).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct DlqReplayRequest {
+    /// Destination queue (default: the record's own).
+    queue: Option<String>,
+    /// Destination partition (default: the record's partition name).
+    partition: Option<String>,
+}
+
+/// Answer of `POST /api/v1/dlq/{id}/replay`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct DlqReplayAnswer {
+    /// `moved` or `duplicate`.
+    result: String,
+    consumerGroup: String,
+    dlqId: i64,
+    originalTransactionId: String,
+    /// The transaction id of the replayed message: `dlq:<dlqId>`.
+    replayedAs: String,
+    queue: String,
+    partition: String,
+    /// The new message's id (moved), or the earlier one's (duplicate).
+    messageId: Option<String>,
+}
+
+/// Answer of `DELETE /api/v1/dlq`.
+#[derive(ToSchema)]
+#[allow(dead_code, non_snake_case)]
+pub(crate) struct DlqPurgeAnswer {
+    deleted: i64,
+    queue: String,
+    consumerGroup: Option<String>,
+}
+
 /// Query of `GET /api/v1/messages`.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]

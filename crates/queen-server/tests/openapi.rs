@@ -44,6 +44,8 @@ fn every_operation_documents_its_success_and_its_errors_with_a_code() {
         ("/api/v1/lease/{lease}/extend", "post"),
         ("/api/v1/configure", "post"),
         ("/api/v1/dlq", "get"),
+        ("/api/v1/dlq", "delete"),
+        ("/api/v1/dlq/{id}/replay", "post"),
     ] {
         assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} is not documented");
     }

@@ -437,8 +437,10 @@ async fn retrying_a_dead_letter_makes_it_poppable_and_takes_it_out_of_the_dlq() 
     assert_eq!((d["depth"].clone(), d["deadLetters"].clone()), (json!(1), json!(0)), "{d}");
     assert!(listed(&b, "queue=rq&status=dead_letter").await.is_empty());
 
+    // Replayed by the dead-letter move: the transaction id names the record.
     let popped = b.pop_some("rq", "batch=10").await;
-    assert_eq!(tx_ids(&popped), ["x"]);
+    assert_eq!(tx_ids(&popped), [body["replayedAs"].as_str().unwrap()]);
+    assert!(body["replayedAs"].as_str().unwrap().starts_with("dlq:"), "{body}");
     assert_eq!(popped["messages"][0]["data"], json!({"keep": "me"}));
     assert_eq!(b.ack(&popped["messages"][0], "completed", None).await["success"], true);
 

@@ -45,7 +45,7 @@ DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], 
 -- Marks the lanes of these partitions ready for every cursor that had
 -- consumed up to `p_from` (the partition's offset before the push), so
 -- that queue-wide pops find them. For writers that append outside
--- queen.push_rows (queen.message_retry).
+-- queen.push_rows.
 CREATE OR REPLACE FUNCTION queen.mark_ready(p_pids uuid[], p_from bigint[]) RETURNS void
 LANGUAGE sql AS $$
   INSERT INTO queen.ready_lanes (partition_id, consumer_group, queue_id, delivered_at)

@@ -37,7 +37,7 @@ BEGIN
   )
   SELECT (SELECT count(*) FROM matching),
          (SELECT json_agg(json_build_object(
-            'id', m.message_id, 'data', m.payload, 'errorMessage', m.error_message,
+            'dlqId', m.id, 'id', m.message_id, 'data', m.payload, 'errorMessage', m.error_message,
             'transactionId', m.transaction_id, 'traceId', m.trace_id, 'partitionId', m.partition_id,
             'producerSub', m.producer_sub, 'queue', m.qname, 'partition', m.pname, 'consumerGroup', m.consumer_group,
             'retryCount', m.retry_count, 'createdAt', queen.iso(m.created_at),
@@ -54,7 +54,7 @@ CREATE OR REPLACE FUNCTION queen.dlq_page(p_queue text, p_before bigint, p_limit
 LANGUAGE sql STABLE AS $$
   SELECT json_build_object(
            'messages', coalesce(json_agg(json_build_object(
-             'id', d.message_id, 'data', d.payload, 'errorMessage', d.error_message,
+             'dlqId', d.id, 'id', d.message_id, 'data', d.payload, 'errorMessage', d.error_message,
              'transactionId', d.transaction_id, 'traceId', d.trace_id, 'partitionId', d.partition_id,
              'producerSub', d.producer_sub, 'queue', d.qname, 'partition', d.pname,
              'consumerGroup', d.consumer_group, 'retryCount', d.retry_count,
@@ -69,6 +69,76 @@ LANGUAGE sql STABLE AS $$
             LEFT JOIN queen.partitions p ON p.id = dl.partition_id
            WHERE (p_queue IS NULL OR q.name = p_queue) AND (p_before IS NULL OR dl.id < p_before)
            ORDER BY dl.id DESC LIMIT p_limit) d
+$$;
+
+-- POST /api/v1/dlq/:id/replay, and the move behind
+-- POST /api/v1/messages/:pid/:txn/retry (queen.message_retry): one dead-letter
+-- record (one group's) goes back as a new message, by default on its own
+-- lane, or on the named queue/partition (created by the push if missing; the
+-- partition defaults to the record's partition name). One transaction: the
+-- record is claimed FOR UPDATE, pushed through queen.push_rows (so the
+-- maintenance switch, maxSize, ready lanes and encryption fence of a push
+-- apply) with the transaction id `dlq:<record id>`, then removed. The
+-- transaction id makes a repeated replay a duplicate in the destination's
+-- dedup window; a concurrent replay of the same record waits on the row
+-- lock and then finds it gone (404). A duplicate writes nothing and keeps
+-- the record; a push refused by maxSize answers 409 and keeps it.
+-- p_payload: the record's payload sealed by the engine, for a destination
+-- encrypted at rest whose push refused the stored (plain) payload (QN409);
+-- NULL pushes the payload as stored (a sealed one stays sealed).
+-- `queued` names the queue to wake when a message went in (the engine
+-- announces it after the commit, as for a push).
+CREATE OR REPLACE FUNCTION queen.dlq_replay(p_id bigint, p_queue text, p_partition text, p_payload text,
+  OUT result json, OUT queued text[])
+LANGUAGE plpgsql AS $$
+DECLARE
+  d queen.dead_letters;
+  v_queue text;
+  v_part text;
+  v_txid text := 'dlq:' || p_id;
+  v_ids uuid[];
+  v_verdicts text;
+BEGIN
+  SELECT * INTO d FROM queen.dead_letters WHERE id = p_id FOR UPDATE;
+  IF d.id IS NULL THEN
+    PERFORM queen.not_found('Dead letter');
+  END IF;
+  SELECT q.name, p.name INTO v_queue, v_part
+    FROM queen.queues q LEFT JOIN queen.partitions p ON p.id = d.partition_id
+   WHERE q.id = d.queue_id;
+  v_queue := coalesce(p_queue, v_queue);
+  v_part := coalesce(p_partition, v_part);
+  IF v_part IS NULL THEN
+    PERFORM queen.bad_request('partition', 'is required: the dead letter''s partition no longer exists');
+  END IF;
+  SELECT x.queued, x.ids, x.verdicts INTO queued, v_ids, v_verdicts
+    FROM queen.push_rows(ARRAY[v_queue], ARRAY[v_part], ARRAY[v_txid], ARRAY[d.trace_id],
+                         ARRAY[coalesce(p_payload, d.payload::text)], NULL, NULL, false,
+                         ARRAY[d.producer_sub], NULL, NULL, true) x;
+  IF v_verdicts = 'f' THEN
+    RAISE EXCEPTION USING ERRCODE = 'QNC09', MESSAGE = json_build_object(
+      'error', 'Queue ''' || v_queue || ''' would exceed max capacity', 'code', 'queue_full')::text;
+  END IF;
+  IF v_verdicts = 'q' THEN
+    DELETE FROM queen.dead_letters WHERE id = p_id;
+  END IF;
+  result := json_build_object(
+    'result', CASE WHEN v_verdicts = 'q' THEN 'moved' ELSE 'duplicate' END,
+    'consumerGroup', d.consumer_group, 'dlqId', d.id, 'originalTransactionId', d.transaction_id,
+    'replayedAs', v_txid, 'queue', v_queue, 'partition', v_part, 'messageId', v_ids[1]);
+END $$;
+
+-- DELETE /api/v1/dlq?queue=Q[&consumerGroup=G]: one queue's dead-letter
+-- records (or one group's of it), in one statement; answers how many.
+CREATE OR REPLACE FUNCTION queen.dlq_purge(p_queue text, p_group text) RETURNS bigint
+LANGUAGE sql AS $$
+  WITH gone AS (
+    DELETE FROM queen.dead_letters d
+     USING queen.queues q
+     WHERE q.name = p_queue AND d.queue_id = q.id AND (p_group IS NULL OR d.consumer_group = p_group)
+    RETURNING 1
+  )
+  SELECT count(*) FROM gone
 $$;
 
 -- DELETE /api/v1/consumer-groups/:group[/queues/:queue]. With

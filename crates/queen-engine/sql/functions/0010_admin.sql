@@ -367,34 +367,30 @@ BEGIN
     'message', CASE WHEN v_count > 0 THEN 'Message deleted successfully' ELSE 'Message not found' END);
 END $$;
 
--- POST /api/v1/messages/:pid/:txn/retry: a dead letter goes back on its
--- lane as a new message at the end (same payload and transaction id), and
--- leaves the DLQ.
-CREATE OR REPLACE FUNCTION queen.message_retry(p_partition_id uuid, p_tx text) RETURNS json
+-- POST /api/v1/messages/:pid/:txn/retry: the newest dead-letter record of
+-- that message (or the record p_dlq_id, which must be one of them) moves as
+-- POST /api/v1/dlq/:id/replay moves it (queen.dlq_replay, one rule): back on
+-- its lane with the transaction id `dlq:<record id>`, that record only.
+-- p_payload as in queen.dlq_replay. The answer keeps the retry's fields
+-- (transactionId is the one addressed) beside the replay's.
+DROP FUNCTION IF EXISTS queen.message_retry(uuid, text);
+CREATE OR REPLACE FUNCTION queen.message_retry(p_partition_id uuid, p_tx text, p_dlq_id bigint,
+  p_payload text, OUT result json, OUT queued text[])
 LANGUAGE plpgsql AS $$
 DECLARE
-  d queen.dead_letters;
-  v_seq bigint;
-  v_id uuid;
+  v_id bigint;
+  v_moved json;
 BEGIN
-  SELECT * INTO d FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx
-   ORDER BY id DESC LIMIT 1 FOR UPDATE;
-  IF d.id IS NULL THEN
+  SELECT d.id INTO v_id FROM queen.dead_letters d
+   WHERE d.partition_id = p_partition_id AND d.transaction_id = p_tx
+     AND (p_dlq_id IS NULL OR d.id = p_dlq_id)
+   ORDER BY d.id DESC LIMIT 1;
+  IF v_id IS NULL THEN
     PERFORM queen.not_found('Dead letter');
   END IF;
-  -- A push of one: created_at and the id clock rise as in queen.push_rows.
-  UPDATE queen.partitions
-     SET next_seq = next_seq + 1, last_push_at = greatest(now(), last_push_at),
-         id_clock = queen.id_clock_start(greatest(now(), last_push_at), id_clock)
-   WHERE id = p_partition_id
-  RETURNING next_seq - 1, queen.message_id(id_clock) INTO v_seq, v_id;
-  PERFORM queen.mark_ready(ARRAY[p_partition_id], ARRAY[v_seq]);
-  INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at, producer_sub)
-  SELECT p_partition_id, v_seq, v_id, d.transaction_id, d.trace_id, d.payload, p.last_push_at, d.producer_sub
-    FROM queen.partitions p WHERE p.id = p_partition_id;
-  DELETE FROM queen.dead_letters WHERE partition_id = p_partition_id AND transaction_id = p_tx;
-  PERFORM pg_notify('queen_push', json_build_array((SELECT q.name FROM queen.queues q WHERE q.id = d.queue_id))::text);
-  RETURN json_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_tx, 'messageId', v_id);
+  SELECT x.result, x.queued INTO v_moved, queued FROM queen.dlq_replay(v_id, NULL, NULL, p_payload) x;
+  result := (jsonb_build_object('success', v_moved ->> 'result' = 'moved', 'partitionId', p_partition_id,
+                                'transactionId', p_tx) || v_moved::jsonb)::json;
 END $$;
 
 -- The dashboard's "delete a dead letter": the DLQ entry goes and nothing is

@@ -233,6 +233,31 @@ pub(crate) async fn dlq(State(app): State<Arc<AppState>>, query: QueryMap) -> An
     Ok(ok(app.engine.dlq(&q).await?))
 }
 
+#[utoipa::path(post, path = "/api/v1/dlq/{id}/replay", tag = "broker", params(("id" = i64, Path, description = "The record's dlqId, as GET /api/v1/dlq lists it")), request_body(content = Option<DlqReplayRequest>, description = "Optional: replay into another queue and/or partition (created if missing)"), responses((status = 200, description = "moved (pushed as dlq:<id>, the record removed) or duplicate (nothing written, the record kept)", body = DlqReplayAnswer), (status = 404, description = "No such dead-letter record (gone, or replayed already)", body = ErrorBody), (status = 409, description = "The destination is full (maxSize); the record kept", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable, or push maintenance on; Retry-After", body = ErrorBody)))]
+pub(crate) async fn dlq_replay(
+    State(app): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Answer {
+    let id = queen_engine::parse_dlq_id(&id)?;
+    // The body is optional: an empty one replays in place.
+    let text = match &body {
+        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => "",
+        _ => object_body(&body)?,
+    };
+    let target = queen_engine::decode_replay_target(text)?;
+    Ok(ok(app.engine.dlq_replay(id, &target).await?))
+}
+
+#[utoipa::path(delete, path = "/api/v1/dlq", tag = "broker", params(DlqPurgeParams), responses((status = 200, description = "How many records were deleted", body = DlqPurgeAnswer), (status = 400, description = "No queue named: nothing deleted", body = ErrorBody), (status = 403, description = "Needs the admin role when JWT is on", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn dlq_purge(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
+    let p = Params::from(query)?;
+    let queue = p
+        .str("queue")
+        .ok_or_else(|| ApiError::bad("queue", "is required: a purge names the queue it empties"))?;
+    Ok(ok(app.engine.dlq_purge(queue, p.str("consumerGroup")).await?))
+}
+
 #[utoipa::path(delete, path = "/api/v1/resources/queues/{queue}", tag = "broker", params(("queue" = String, Path)), responses((status = 200, description = "deleted is false for a queue that did not exist", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn delete_queue(State(app): State<Arc<AppState>>, Path(queue): Path<String>) -> Answer {
     Ok(ok(app.engine.delete_queue(&queue).await?))
