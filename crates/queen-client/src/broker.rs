@@ -11,7 +11,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use queen_engine::{DbConfig, DlqQuery, Engine, EngineError, EngineOptions, EphemeralPop, Json, PopRequest};
+use queen_engine::{
+    DbConfig, DlqQuery, Engine, EngineError, EngineOptions, EphemeralPop, Json, PopRequest, ReplayTarget,
+};
 
 use crate::error::{Error, Result};
 
@@ -44,6 +46,17 @@ pub trait Broker: Send + Sync {
 
     /// Lists dead letters.
     fn dlq(&self, query: &DlqQuery) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Replays one dead-letter record by its `dlq_id` (`POST /api/v1/dlq/{id}/replay`),
+    /// onto its own lane or the queue/partition `target` names.
+    fn dlq_replay(&self, dlq_id: i64, target: &ReplayTarget) -> impl Future<Output = Result<Json>> + Send;
+
+    /// Deletes a queue's dead-letter records, or one group's (`DELETE /api/v1/dlq`).
+    fn dlq_purge(
+        &self,
+        queue: &str,
+        consumer_group: Option<&str>,
+    ) -> impl Future<Output = Result<Json>> + Send;
 
     /// Deletes a queue (answers `deleted: false` when it did not exist).
     fn delete_queue(&self, queue: &str) -> impl Future<Output = Result<Json>> + Send;
@@ -283,6 +296,14 @@ impl Broker for EmbeddedBroker {
 
     async fn dlq(&self, query: &DlqQuery) -> Result<Json> {
         Ok(self.engine.dlq(query).await?)
+    }
+
+    async fn dlq_replay(&self, dlq_id: i64, target: &ReplayTarget) -> Result<Json> {
+        Ok(self.engine.dlq_replay(dlq_id, target).await?)
+    }
+
+    async fn dlq_purge(&self, queue: &str, consumer_group: Option<&str>) -> Result<Json> {
+        Ok(self.engine.dlq_purge(queue, consumer_group).await?)
     }
 
     async fn delete_queue(&self, queue: &str) -> Result<Json> {

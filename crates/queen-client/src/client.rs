@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use queen_engine::{DlqQuery, Engine, PopRequest};
+use queen_engine::{DlqQuery, Engine, PopRequest, ReplayTarget};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::{Broker, EmbeddedBroker};
@@ -17,7 +17,8 @@ use crate::error::{Error, Result};
 use crate::http::{HttpBroker, HttpConfig};
 use crate::kv::Kv;
 use crate::message::{
-    Ack, AckResult, AckStatus, AckWire, DlqPage, LeaseRenewal, Message, PopAnswer, PushItem, PushResult,
+    Ack, AckResult, AckStatus, AckWire, DlqPage, DlqReplay, LeaseRenewal, Message, PopAnswer, PushItem,
+    PushResult,
 };
 use crate::state::State;
 
@@ -163,6 +164,27 @@ impl<B: Broker> Queen<B> {
     pub async fn dlq(&self, query: &DlqQuery) -> Result<DlqPage> {
         let json = self.broker.dlq(query).await?;
         json.decode().map_err(|e| Error::decode("dlq answer", e))
+    }
+
+    /// Replays one dead-letter record (its `dlq_id` from [`Queen::dlq`]) as a
+    /// new message with the transaction id `dlq:<dlq_id>`, onto its own lane
+    /// or the queue/partition `target` names; `duplicate` when that message
+    /// exists already (the record is then kept).
+    pub async fn dlq_replay(&self, dlq_id: i64, target: &ReplayTarget) -> Result<DlqReplay> {
+        let json = self.broker.dlq_replay(dlq_id, target).await?;
+        json.decode().map_err(|e| Error::decode("dlq replay answer", e))
+    }
+
+    /// Deletes `queue`'s dead-letter records (only `consumer_group`'s when
+    /// given); answers how many went.
+    pub async fn dlq_purge(&self, queue: &str, consumer_group: Option<&str>) -> Result<u64> {
+        #[derive(serde::Deserialize)]
+        struct Purged {
+            deleted: u64,
+        }
+        let json = self.broker.dlq_purge(queue, consumer_group).await?;
+        let purged: Purged = json.decode().map_err(|e| Error::decode("dlq purge answer", e))?;
+        Ok(purged.deleted)
     }
 }
 

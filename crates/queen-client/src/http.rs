@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use queen_engine::{DlqQuery, EphemeralPop, Json, PopRequest};
+use queen_engine::{DlqQuery, EphemeralPop, Json, PopRequest, ReplayTarget};
 use reqwest::{Method, Url};
 
 use crate::broker::{Broker, EphemeralVerb, Seek, StreamVerb};
@@ -429,6 +429,22 @@ impl Broker for HttpBroker {
         }
         let path = ["api", "v1", "dlq"];
         self.json(Call { method: Method::GET, path: &path, query, body: None, timeout: self.timeout }).await
+    }
+
+    async fn dlq_replay(&self, dlq_id: i64, target: &ReplayTarget) -> Result<Json> {
+        let body = serde_json::json!({"queue": target.queue, "partition": target.partition}).to_string();
+        let id = dlq_id.to_string();
+        self.json(self.call(Method::POST, &["api", "v1", "dlq", &id, "replay"], Some(body))).await
+    }
+
+    async fn dlq_purge(&self, queue: &str, consumer_group: Option<&str>) -> Result<Json> {
+        let mut query = vec![("queue", queue.to_owned())];
+        if let Some(g) = consumer_group {
+            query.push(("consumerGroup", g.to_owned()));
+        }
+        let path = ["api", "v1", "dlq"];
+        self.json(Call { method: Method::DELETE, path: &path, query, body: None, timeout: self.timeout })
+            .await
     }
 
     async fn delete_queue(&self, queue: &str) -> Result<Json> {

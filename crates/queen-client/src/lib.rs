@@ -87,8 +87,8 @@ pub use kv::{
 };
 pub use locks::{LockHolder, LockOp, LockResult, Locks, Permit, LOCKS_NAMESPACE};
 pub use message::{
-    state_key, Ack, AckResult, AckStatus, DeadLetter, DlqPage, LeaseRenewal, Message, PushItem, PushResult,
-    PushStatus, QUEUE_MODE,
+    state_key, Ack, AckResult, AckStatus, DeadLetter, DlqPage, DlqReplay, LeaseRenewal, Message, PushItem,
+    PushResult, PushStatus, ReplayResult, QUEUE_MODE,
 };
 pub use reads::{ChangedPage, ChangedPartition, FetchEntry, Fetched, FetchedRecord, Reads};
 pub use state::State;
@@ -96,4 +96,4 @@ pub use timers::{Delay, PendingTimer, TimerPage, TimerResult, TimerSpec, Timers}
 pub use tx::{Tx, TxKv, TxOutcome, TxQueue, TxResult};
 
 /// Engine types the [`Broker`] trait speaks.
-pub use queen_engine::{DbConfig, DlqQuery, EngineOptions, Json, PopRequest};
+pub use queen_engine::{DbConfig, DlqQuery, EngineOptions, Json, PopRequest, ReplayTarget};

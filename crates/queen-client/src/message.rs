@@ -323,6 +323,10 @@ pub struct LeaseRenewal {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DeadLetter {
+    /// The record's id: what [`crate::Queen::dlq_replay`] takes. One per
+    /// (message, consumer group) that dead-lettered it.
+    #[serde(default)]
+    pub dlq_id: Option<i64>,
     /// The message id.
     #[serde(default)]
     pub id: Option<String>,
@@ -354,6 +358,40 @@ pub struct DeadLetter {
     /// When it was dead-lettered.
     #[serde(default)]
     pub failed_at: Option<String>,
+}
+
+/// What a dead-letter replay did.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ReplayResult {
+    /// Pushed, and the record removed.
+    Moved,
+    /// The destination holds a message with its transaction id already:
+    /// nothing written, the record kept.
+    Duplicate,
+}
+
+/// The answer of a dead-letter replay.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DlqReplay {
+    /// Moved or duplicate.
+    pub result: ReplayResult,
+    /// The group whose record it was.
+    pub consumer_group: String,
+    /// The record replayed.
+    pub dlq_id: i64,
+    /// The dead letter's own transaction id.
+    pub original_transaction_id: String,
+    /// The transaction id it was pushed with: `dlq:<dlq_id>`.
+    pub replayed_as: String,
+    /// Destination queue.
+    pub queue: String,
+    /// Destination partition.
+    pub partition: String,
+    /// The new message's id (or the earlier one's, for a duplicate).
+    #[serde(default)]
+    pub message_id: Option<String>,
 }
 
 /// One page of the DLQ listing.

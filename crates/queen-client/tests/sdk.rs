@@ -14,8 +14,8 @@ use std::time::Duration;
 use futures_util::TryStreamExt;
 use queen_client::{
     Ack, AckStatus, Broker, BufferOptions, Delay, Error, Expect, Expiry, FetchEntry, Incr, Message, Permit,
-    PushItem, PushStatus, Queen, QueueOptions, Reason, StopSignal, Subscription, TimerSpec, TxOutcome,
-    TxResult, QUEUE_MODE,
+    PushItem, PushStatus, Queen, QueueOptions, Reason, ReplayResult, ReplayTarget, StopSignal, Subscription,
+    TimerSpec, TxOutcome, TxResult, QUEUE_MODE,
 };
 use serde_json::{json, value::RawValue, Value};
 
@@ -95,6 +95,37 @@ async fn nack_redelivers_then_dead_letters<B: Broker>(queen: Queen<B>) {
     assert!(!late.success && late.error.unwrap().contains("committed"));
     assert!(q.delete().await.unwrap());
     assert!(!q.delete().await.unwrap());
+}
+
+async fn dead_letters_replay_by_record_and_purge<B: Broker>(queen: Queen<B>) {
+    let q = queen.queue("sdk-dlq");
+    q.configure(&QueueOptions { retry_limit: Some(0), ..Default::default() }).await.unwrap();
+    q.push_item(PushItem::new(&json!({"job": 2})).unwrap().transaction_id("d-1")).await.unwrap();
+    q.push_item(PushItem::new(&json!({"job": 3})).unwrap().transaction_id("d-2")).await.unwrap();
+    for _ in 0..2 {
+        let popped = q.pop().fetch().await.unwrap();
+        assert!(queen.nack(&popped[0], "poison").await.unwrap().dlq);
+    }
+    let dlq = q.dlq(100, 0).await.unwrap();
+    assert_eq!(dlq.total, 2);
+    let first = dlq.messages.iter().find(|d| d.transaction_id == "d-1").unwrap();
+    let id = first.dlq_id.expect("the listing carries each record's id");
+
+    let target = ReplayTarget { queue: Some("sdk-dlq-2".into()), partition: None };
+    let moved = queen.dlq_replay(id, &target).await.unwrap();
+    assert_eq!(moved.result, ReplayResult::Moved);
+    assert_eq!((moved.dlq_id, moved.original_transaction_id.as_str()), (id, "d-1"));
+    assert_eq!(moved.replayed_as, format!("dlq:{id}"));
+    assert_eq!(moved.queue, "sdk-dlq-2");
+    let back = queen.queue("sdk-dlq-2").pop().fetch().await.unwrap();
+    assert_eq!(tx_ids(&back), [format!("dlq:{id}")]);
+    // The record is gone: a second replay is an error, not a second push.
+    assert!(queen.dlq_replay(id, &target).await.is_err());
+
+    assert_eq!(queen.dlq_purge("sdk-dlq", Some("no-such-group")).await.unwrap(), 0);
+    assert_eq!(queen.dlq_purge("sdk-dlq", None).await.unwrap(), 1);
+    assert_eq!(q.dlq(100, 0).await.unwrap().total, 0);
+    assert!(queen.dlq_purge("", None).await.is_err(), "a purge names its queue");
 }
 
 async fn tx_once_and_ack_commit_then_a_second_once_loses<B: Broker>(queen: Queen<B>) {
@@ -734,6 +765,7 @@ both!(
     options_round_trip_and_namespace_pops_span_queues,
     push_pop_ack_in_order,
     nack_redelivers_then_dead_letters,
+    dead_letters_replay_by_record_and_purge,
     tx_once_and_ack_commit_then_a_second_once_loses,
     tx_kv_rider_reads_and_fences,
     kv_found_and_null_are_distinct,

@@ -491,3 +491,57 @@ async fn ephemeral_push_pop_ack_depth_and_delete() {
     assert_ne!(missing.code, 0, "{missing:?}");
     assert!(missing.stderr.contains("ephemeral_queue_not_found"), "{missing:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dlq_replay_moves_a_record_by_id_a_duplicate_exits_3_and_purge_empties_a_queue() {
+    let b = TestBroker::start().await;
+    for tx in ["pay-1", "pay-2"] {
+        queen(&b.base, &["push", "pay", r#"{"card":"declined"}"#, "--transaction-id", tx]).await.ok();
+        let popped = queen(&b.base, &["--json", "pop", "pay"]).await.ok().json();
+        let (pid, tx, lease) = ack_args(&popped["messages"][0]);
+        queen(&b.base, &["ack", &pid, &tx, "--lease", &lease, "--status", "dlq"]).await.ok();
+    }
+    let listed = queen(&b.base, &["--json", "dlq", "pay"]).await.ok().json();
+    let record =
+        listed["messages"].as_array().unwrap().iter().find(|m| m["transactionId"] == "pay-1").unwrap();
+    let id = record["dlqId"].as_i64().unwrap().to_string();
+    let table = queen(&b.base, &["dlq", "pay"]).await.ok();
+    assert!(table.stdout.starts_with("DLQ ID"), "{table:?}");
+    assert!(table.stdout.lines().any(|l| l.starts_with(&id) && l.contains("pay-1")), "{table:?}");
+
+    let moved =
+        queen(&b.base, &["dlq", "replay", &id, "--queue", "retry-lane", "--partition", "p1"]).await.ok();
+    assert_eq!(
+        moved.stdout,
+        format!("replayed dead letter {id} (pay-1, queue mode) to retry-lane/p1 as dlq:{id}\n"),
+        "{moved:?}"
+    );
+    let popped = queen(&b.base, &["--json", "pop", "retry-lane"]).await.ok().json();
+    assert_eq!(popped["messages"][0]["transactionId"], format!("dlq:{id}"));
+    // Gone: the broker's 404 is a failure (exit 1) and nothing is pushed again.
+    let again = queen(&b.base, &["dlq", "replay", &id, "--queue", "retry-lane", "--partition", "p1"]).await;
+    assert_eq!(again.code, 1, "{again:?}");
+    assert_eq!(
+        b.scalar(&format!("SELECT count(*) FROM queen.messages WHERE transaction_id = 'dlq:{id}'")).await,
+        1
+    );
+
+    // A record whose dlq:<id> message exists already: exit 3, the record kept.
+    let other =
+        listed["messages"].as_array().unwrap().iter().find(|m| m["transactionId"] == "pay-2").unwrap();
+    let other_id = other["dlqId"].as_i64().unwrap().to_string();
+    queen(&b.base, &["push", "pay", "1", "--transaction-id", &format!("dlq:{other_id}")]).await.ok();
+    let dup = queen(&b.base, &["dlq", "replay", &other_id]).await;
+    assert_eq!(dup.code, 3, "{dup:?}");
+    assert!(dup.stderr.contains("not replayed"), "{dup:?}");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.dead_letters").await, 1);
+
+    let usage = queen(&b.base, &["dlq", "purge"]).await;
+    assert_eq!(usage.code, 2, "a purge names its queue: {usage:?}");
+    let purged =
+        queen(&b.base, &["dlq", "purge", "--queue", "pay", "--consumer-group", "__QUEUE_MODE__"]).await.ok();
+    assert_eq!(purged.stdout, "deleted 1 dead letters of group __QUEUE_MODE__ in pay\n", "{purged:?}");
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.dead_letters").await, 0);
+    let json = queen(&b.base, &["--json", "dlq", "purge", "--queue", "pay"]).await.ok().json();
+    assert_eq!(json["deleted"], 0, "{json}");
+}

@@ -98,8 +98,8 @@ pub(crate) enum ClientCommand {
     Ephemeral(ephemeral::EphemeralCommand),
     /// List the queues with their message counts.
     Queues,
-    /// List the dead letters of a queue.
-    Dlq(queue::DlqArgs),
+    /// List the dead letters of a queue; `dlq replay <id>` and `dlq purge --queue Q` act on them.
+    Dlq(queue::DlqCommand),
     /// Show the broker's status: totals, maintenance, queue depths, database.
     Status,
 }

@@ -1,14 +1,14 @@
-//! `push`, `pop`, `ack` and `dlq`.
+//! `push`, `pop`, `ack` and `dlq` (list, replay, purge).
 
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgGroup, Args, ValueEnum};
+use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use queen_client::{
-    AckResult, Broker, DlqPage, DlqQuery, Message, PopRequest, PushResult, PushStatus, QueueOptions,
-    QUEUE_MODE,
+    AckResult, Broker, DlqPage, DlqQuery, DlqReplay, Message, PopRequest, PushResult, PushStatus,
+    QueueOptions, ReplayResult, ReplayTarget, QUEUE_MODE,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -456,10 +456,54 @@ pub(crate) async fn ack(ctx: &Ctx, a: AckArgs) -> Outcome {
     Ok(())
 }
 
+/// `queen dlq <queue>` lists; `queen dlq replay|purge` act on records.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct DlqCommand {
+    #[command(subcommand)]
+    action: Option<DlqAction>,
+    #[command(flatten)]
+    list: DlqArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum DlqAction {
+    /// Replay one dead-letter record (its DLQ ID in the listing) as a new
+    /// message with the transaction id dlq:<id>; exit 3 when that message
+    /// exists already (the record is kept).
+    Replay(ReplayArgs),
+    /// Delete a queue's dead-letter records (or one consumer group's).
+    Purge(PurgeArgs),
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct ReplayArgs {
+    /// The record's id (DLQ ID in `queen dlq <queue>`).
+    #[arg(value_parser = clap::value_parser!(i64).range(1..))]
+    id: i64,
+    /// Replay into this queue (created if missing) instead of the record's own.
+    #[arg(long)]
+    queue: Option<String>,
+    /// Replay into this partition (created if missing); default: the record's partition name.
+    #[arg(long)]
+    partition: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct PurgeArgs {
+    /// The queue whose dead-letter records go.
+    #[arg(long)]
+    queue: String,
+    /// Only this consumer group's records.
+    #[arg(long)]
+    consumer_group: Option<String>,
+}
+
 #[derive(Args, Debug)]
 pub(crate) struct DlqArgs {
     /// The queue.
-    queue: String,
+    #[arg(required = true)]
+    queue: Option<String>,
     /// Only this consumer group's dead letters.
     #[arg(long, short)]
     group: Option<String>,
@@ -474,9 +518,56 @@ pub(crate) struct DlqArgs {
     offset: u32,
 }
 
-pub(crate) async fn dlq(ctx: &Ctx, a: DlqArgs) -> Outcome {
+pub(crate) async fn dlq(ctx: &Ctx, c: DlqCommand) -> Outcome {
+    match c.action {
+        Some(DlqAction::Replay(a)) => dlq_replay(ctx, a).await,
+        Some(DlqAction::Purge(a)) => dlq_purge(ctx, a).await,
+        None => dlq_list(ctx, c.list).await,
+    }
+}
+
+async fn dlq_replay(ctx: &Ctx, a: ReplayArgs) -> Outcome {
+    let target = ReplayTarget { queue: a.queue, partition: a.partition };
+    let answer = ctx.broker.dlq_replay(a.id, &target).await?;
+    let replay: DlqReplay = decode(answer.as_str(), "dlq replay")?;
+    if ctx.json {
+        ctx.out_json(answer.as_str())?;
+    }
+    let lane = format!("{}/{}", replay.queue, replay.partition);
+    if replay.result == ReplayResult::Duplicate {
+        return Err(Failure::Refused(format!(
+            "dead letter {} not replayed: {} is in {lane} already; the record is kept",
+            replay.dlq_id, replay.replayed_as
+        )));
+    }
+    if ctx.json {
+        return Ok(());
+    }
+    let group = Some(replay.consumer_group.as_str()).filter(|g| *g != QUEUE_MODE).unwrap_or("queue mode");
+    ctx.out(&format!(
+        "replayed dead letter {} ({}, {group}) to {lane} as {}\n",
+        replay.dlq_id, replay.original_transaction_id, replay.replayed_as
+    ))
+}
+
+async fn dlq_purge(ctx: &Ctx, a: PurgeArgs) -> Outcome {
+    let answer = ctx.broker.dlq_purge(&a.queue, a.consumer_group.as_deref()).await?;
+    if ctx.json {
+        return ctx.out_json(answer.as_str());
+    }
+    #[derive(Deserialize)]
+    struct Purged {
+        deleted: u64,
+    }
+    let purged: Purged = decode(answer.as_str(), "dlq purge")?;
+    let whose = a.consumer_group.map(|g| format!(" of group {g}")).unwrap_or_default();
+    ctx.out(&format!("deleted {} dead letters{whose} in {}\n", purged.deleted, a.queue))
+}
+
+async fn dlq_list(ctx: &Ctx, a: DlqArgs) -> Outcome {
+    let queue = a.queue.unwrap_or_default();
     let query = DlqQuery {
-        queue: Some(a.queue.clone()),
+        queue: Some(queue.clone()),
         consumer_group: a.group,
         partition: a.partition,
         from: None,
@@ -490,11 +581,21 @@ pub(crate) async fn dlq(ctx: &Ctx, a: DlqArgs) -> Outcome {
     }
     let page: DlqPage = decode(answer.as_str(), "dlq")?;
     if page.messages.is_empty() {
-        return ctx.out(&format!("no dead letters in {}\n", a.queue));
+        return ctx.out(&format!("no dead letters in {queue}\n"));
     }
-    let mut t = Table::new(["FAILED AT", "TRANSACTION ID", "PARTITION", "GROUP", "RETRIES", "ERROR", "DATA"]);
+    let mut t = Table::new([
+        "DLQ ID",
+        "FAILED AT",
+        "TRANSACTION ID",
+        "PARTITION",
+        "GROUP",
+        "RETRIES",
+        "ERROR",
+        "DATA",
+    ]);
     for d in &page.messages {
         t.row([
+            d.dlq_id.map(|id| id.to_string()).unwrap_or_default(),
             d.failed_at.clone().unwrap_or_default(),
             d.transaction_id.clone(),
             d.partition.clone().unwrap_or_default(),
@@ -505,7 +606,7 @@ pub(crate) async fn dlq(ctx: &Ctx, a: DlqArgs) -> Outcome {
         ]);
     }
     let mut text = t.render();
-    text.push_str(&format!("{} of {} dead letters in {}\n", page.messages.len(), page.total, a.queue));
+    text.push_str(&format!("{} of {} dead letters in {queue}\n", page.messages.len(), page.total));
     ctx.out(&text)
 }
 
