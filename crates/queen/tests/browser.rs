@@ -1,6 +1,7 @@
 //! The dashboard in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver, `fantoccini`). The live figures refresh without a
-//! reload (htmx polling), and a dead letter is retried by clicking Retry.
+//! reload (htmx polling), and dead letters are replayed by record and purged
+//! by queue (or group) with the DLQ page's buttons.
 //!
 //! Skipped (with a note) when `chromedriver` is not installed; on Debian:
 //! `apt-get install chromium chromium-driver`. `scripts/test` installs them
@@ -109,7 +110,7 @@ async fn screenshot(c: &Client, name: &str) {
 }
 
 #[tokio::test]
-async fn figures_refresh_live_and_retry_is_a_click() {
+async fn figures_refresh_live_and_replay_is_a_click() {
     let Some(driver) = start_driver().await else { return };
     let b = TestBroker::start().await;
     b.configure_ok("orders", json!({})).await;
@@ -183,11 +184,11 @@ async fn figures_refresh_live_and_retry_is_a_click() {
         screenshot(&c, name).await;
     }
 
-    // Dead letters: click Retry; the page comes back empty and the message is poppable.
+    // Dead letters: click Replay; the page comes back empty and the message is poppable.
     c.goto(&b.url("/dashboard/dlq")).await.unwrap();
     assert_eq!(text(&c, "dlq-total").await, "1");
     screenshot(&c, "dead-letters").await;
-    click(&c, "form[action='/dashboard/dlq/retry'] button").await;
+    click(&c, "form[action='/dashboard/dlq/replay'] button").await;
     let mut total = String::new();
     for _ in 0..40 {
         if let Ok(el) = c.find(Locator::Id("dlq-total")).await {
@@ -201,7 +202,8 @@ async fn figures_refresh_live_and_retry_is_a_click() {
     assert_eq!(total, "0");
     assert_eq!(b.dlq("payments").await["total"], 0);
     let again = b.pop_some("payments", "batch=1").await;
-    assert_eq!(again["messages"][0]["transactionId"], "p-bad", "{again}");
+    assert!(again["messages"][0]["transactionId"].as_str().unwrap().starts_with("dlq:"), "{again}");
+    assert_eq!(again["messages"][0]["data"], json!({"amount": "?"}), "{again}");
     c.close().await.unwrap();
 }
 
@@ -237,8 +239,86 @@ async fn with_auth_on_the_browser_logs_in_and_a_read_only_session_has_no_buttons
     c.goto(&b.url("/dashboard/dlq")).await.unwrap();
     c.find(Locator::Css("main h1")).await.unwrap();
     assert!(
-        c.find_all(Locator::Css("form[action='/dashboard/dlq/retry']")).await.unwrap().is_empty(),
+        c.find_all(Locator::Css("form[action^='/dashboard/dlq/']")).await.unwrap().is_empty(),
         "a read-only session sees no actions"
     );
+    c.close().await.unwrap();
+}
+
+/// Waits until `#dlq-total` reads `want` (the redirect after a form's POST
+/// lands on a new page; the click returns before it loads).
+async fn wait_dlq_total(c: &Client, want: &str) {
+    let mut total = String::new();
+    for _ in 0..50 {
+        if let Ok(el) = c.find(Locator::Id("dlq-total")).await {
+            total = el.text().await.unwrap_or_default();
+            if total == want {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(total, want, "#dlq-total");
+}
+
+#[tokio::test]
+async fn a_dead_letter_is_replayed_by_record_and_a_queue_purged_by_clicks() {
+    let Some(driver) = start_driver().await else { return };
+    let b = TestBroker::start().await;
+    b.configure_ok("refunds", json!({"retryLimit": 0})).await;
+    for tx in ["r-1", "r-2"] {
+        b.push("refunds", "Default", &[(tx, json!({"refund": tx}))]).await;
+        for group in ["ledger", "mailer"] {
+            let popped = b.pop_some("refunds", &format!("batch=1&consumerGroup={group}")).await;
+            let m = popped["messages"].as_array().unwrap().iter().find(|m| m["transactionId"] == tx).unwrap();
+            assert_eq!(b.ack_with(m, "dlq", Some("refund service down"), Some(group)).await["dlq"], true);
+        }
+    }
+    let records = b.dlq("refunds").await["messages"].as_array().unwrap().clone();
+    let ledger_r1 =
+        records.iter().find(|r| r["transactionId"] == "r-1" && r["consumerGroup"] == "ledger").unwrap()
+            ["dlqId"]
+            .as_i64()
+            .unwrap();
+    let c = browser(&driver).await;
+
+    // Without a queue filter there is no purge button, only the hint.
+    c.goto(&b.url("/dashboard/dlq")).await.unwrap();
+    c.wait().for_element(Locator::Id("dlq-total")).await.unwrap();
+    assert!(c.find(Locator::Id("dlq-purge")).await.is_err(), "purge needs a queue filter");
+
+    // Replay: one click moves that one record, back to the filtered page.
+    c.goto(&b.url("/dashboard/dlq?queue=refunds")).await.unwrap();
+    assert_eq!(text(&c, "dlq-total").await, "4");
+    click(&c, &format!("#replay-{ledger_r1}")).await;
+    c.wait().for_element(Locator::Id("dlq-total")).await.unwrap();
+    wait_dlq_total(&c, "3").await;
+    assert!(c.current_url().await.unwrap().as_str().ends_with("/dashboard/dlq?queue=refunds"));
+    assert!(c.find(Locator::Id(&format!("dlq-{ledger_r1}"))).await.is_err(), "the replayed row is gone");
+    let left = b.dlq("refunds").await;
+    assert!(left["messages"].as_array().unwrap().iter().all(|r| r["dlqId"] != ledger_r1), "{left}");
+    let popped = b.pop_some("refunds", "batch=10&consumerGroup=ledger").await;
+    assert_eq!(popped["messages"][0]["transactionId"], format!("dlq:{ledger_r1}"), "{popped}");
+    assert_eq!(popped["messages"][0]["data"], json!({"refund": "r-1"}));
+    let mailer =
+        left["messages"].as_array().unwrap().iter().filter(|r| r["consumerGroup"] == "mailer").count();
+    assert_eq!(mailer, 2, "the mailer's records stay: {left}");
+
+    // Purge one group's records, then the rest.
+    c.find(Locator::Css("#dlq-purge input[name='consumerGroup']"))
+        .await
+        .unwrap()
+        .send_keys("mailer")
+        .await
+        .unwrap();
+    click(&c, "#dlq-purge-button").await;
+    c.wait().for_element(Locator::Id("dlq-total")).await.unwrap();
+    wait_dlq_total(&c, "1").await;
+    let left = b.dlq("refunds").await;
+    assert_eq!(left["messages"][0]["consumerGroup"], "ledger", "{left}");
+    click(&c, "#dlq-purge-button").await;
+    c.wait().for_element(Locator::Id("dlq-total")).await.unwrap();
+    wait_dlq_total(&c, "0").await;
+    assert_eq!(b.scalar("SELECT count(*) FROM queen.dead_letters").await, 0);
     c.close().await.unwrap();
 }

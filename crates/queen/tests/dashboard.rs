@@ -162,7 +162,7 @@ async fn every_page_answers_with_the_numbers_of_the_json_api() {
     let page = get(&b, "/dashboard/dlq", None).await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert_eq!(by_id(&page.body, "dlq-total"), b.dlq("dq").await["total"].to_string());
-    assert!(page.body.contains("/dashboard/dlq/retry") && page.body.contains("/dashboard/dlq/delete"));
+    assert!(page.body.contains("/dashboard/dlq/replay") && page.body.contains("/dashboard/dlq/delete"));
 
     let page = get(&b, "/dashboard/messages?queue=dq&status=dead_letter", None).await;
     assert_eq!(page.status, 200, "{}", page.body);
@@ -223,8 +223,9 @@ async fn retry_and_delete_of_a_dead_letter_need_the_sessions_csrf_token() {
     assert_eq!(a.status, 303, "{}", a.body);
     assert_eq!(a.headers["location"], "/dashboard/dlq");
     assert_eq!(dlq_total(&b, "rq").await, 0);
+    // Moved as a replay moves it: the transaction id names the record.
     let popped = b.pop_some("rq", "batch=1").await;
-    assert_eq!(popped["messages"][0]["transactionId"], "x", "{popped}");
+    assert_eq!(popped["messages"][0]["transactionId"], "dlq:1", "{popped}");
     assert_eq!(popped["messages"][0]["data"], json!({"tx": "x"}), "{popped}");
     // A retry of what is no longer a dead letter is a 404.
     let a = post_form(&b, "/dashboard/dlq/retry", Some(&cookie), &fields).await;
@@ -234,6 +235,7 @@ async fn retry_and_delete_of_a_dead_letter_need_the_sessions_csrf_token() {
     let r = b.ack_with(&popped["messages"][0], "failed", Some("boom again"), None).await;
     assert_eq!(r["dlq"], true, "{r}");
     assert_eq!(dlq_total(&b, "rq").await, 1);
+    let fields = [("csrf", token.as_str()), ("partitionId", pid.as_str()), ("transactionId", "dlq:1")];
     let a = post_form(&b, "/dashboard/dlq/delete", Some(&cookie), &fields).await;
     assert_eq!(a.status, 303, "{}", a.body);
     assert_eq!(dlq_total(&b, "rq").await, 0);
@@ -303,7 +305,7 @@ async fn with_auth_on_a_session_needs_a_token_and_only_write_roles_act() {
     let page = get(&b, "/dashboard/dlq", Some(&read)).await;
     assert_eq!(page.status, 200, "{}", page.body);
     assert_eq!(by_id(&page.body, "dlq-total"), "2");
-    assert!(!page.body.contains("/dashboard/dlq/retry") && !page.body.contains("/dashboard/dlq/delete"));
+    assert!(!page.body.contains("/dashboard/dlq/replay") && !page.body.contains("/dashboard/dlq/delete"));
     let read_csrf = csrf(&page.body); // the logout form's
     for action in ["/dashboard/dlq/retry", "/dashboard/dlq/delete"] {
         let fields = [("csrf", read_csrf.as_str()), ("partitionId", pid.as_str()), ("transactionId", "one")];
@@ -322,9 +324,15 @@ async fn with_auth_on_a_session_needs_a_token_and_only_write_roles_act() {
     // Read-write: acts with its own CSRF token only.
     let rw = log_in(RW).await;
     let page = get(&b, "/dashboard/dlq", Some(&rw)).await;
-    assert!(page.body.contains("/dashboard/dlq/retry"), "{}", page.body);
+    assert!(page.body.contains("/dashboard/dlq/replay"), "{}", page.body);
+    assert!(!page.body.contains("/dashboard/dlq/purge"), "purging is the admin's: {}", page.body);
     let rw_csrf = csrf(&page.body);
     assert_ne!(rw_csrf, read_csrf);
+    let purge =
+        post_form(&b, "/dashboard/dlq/purge", Some(&rw), &[("csrf", rw_csrf.as_str()), ("queue", "aq")])
+            .await;
+    assert_eq!(purge.status, 403, "a purge is the admin's: {}", purge.body);
+    assert_eq!(dlq_total(&open, "aq").await, 2, "nothing purged");
     let fields = [("csrf", rw_csrf.as_str()), ("partitionId", pid.as_str()), ("transactionId", "one")];
     let req = browser()
         .post(b.url("/dashboard/dlq/retry"))
@@ -348,7 +356,10 @@ async fn with_auth_on_a_session_needs_a_token_and_only_write_roles_act() {
     let popped = open.pop_some("aq", "batch=10").await;
     let txs: Vec<&str> =
         popped["messages"].as_array().unwrap().iter().map(|m| m["transactionId"].as_str().unwrap()).collect();
-    assert_eq!(txs, ["one"], "retried comes back, deleted does not");
+    // The retried one comes back (as its record's replay: dlq:<id>), the deleted one does not.
+    assert_eq!(txs.len(), 1, "{popped}");
+    assert!(txs[0].starts_with("dlq:"), "{popped}");
+    assert_eq!(popped["messages"][0]["data"], m1["data"], "{popped}");
 
     // The maintenance switches need the admin role.
     let page = get(&b, "/dashboard/system", Some(&rw)).await;
@@ -575,13 +586,13 @@ async fn dead_letters_are_paged_by_keyset_newest_first() {
     let first = get(&b, "/dashboard/dlq?queue=dl", None).await;
     assert_eq!(first.status, 200, "{}", first.body);
     assert_eq!(by_id(&first.body, "dlq-total"), "51");
-    assert_eq!(first.body.matches("action=\"/dashboard/dlq/retry\"").count(), 50);
+    assert_eq!(first.body.matches("action=\"/dashboard/dlq/replay\"").count(), 50);
     assert!(first.body.contains(">x50</a>") && !first.body.contains(">x00</a>"), "newest first");
     let marker = "&amp;before=";
     let start = first.body.find(marker).expect("an older page") + marker.len();
     let before: String = first.body[start..].chars().take_while(char::is_ascii_digit).collect();
     let second = get(&b, &format!("/dashboard/dlq?queue=dl&before={before}"), None).await;
-    assert_eq!(second.body.matches("action=\"/dashboard/dlq/retry\"").count(), 1, "{}", second.body);
+    assert_eq!(second.body.matches("action=\"/dashboard/dlq/replay\"").count(), 1, "{}", second.body);
     assert!(second.body.contains(">x00</a>"), "{}", second.body);
     assert!(!second.body.contains("older →"), "{}", second.body);
 }

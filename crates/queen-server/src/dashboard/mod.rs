@@ -50,6 +50,8 @@ pub(crate) fn router() -> Router<Arc<AppState>> {
         .route("/dashboard/dlq", get(dead_letters))
         .route("/dashboard/dlq/retry", post(retry_dead_letter))
         .route("/dashboard/dlq/delete", post(delete_dead_letter))
+        .route("/dashboard/dlq/replay", post(replay_dead_letter))
+        .route("/dashboard/dlq/purge", post(purge_dead_letters))
         .route("/dashboard/kv", get(kv_namespaces))
         .route("/dashboard/kv/{ns}", get(kv_keys))
         .route("/dashboard/kv/{ns}/value", get(kv_value))
@@ -742,7 +744,7 @@ async fn message_content(app: &AppState, s: &Session, pid: &str, tx: &str) -> Pa
     }
     Ok(html! {
         (fields(&summary))
-        @if dead { (dead_letter_actions(s, pid, tx)) }
+        @if dead { (dead_letter_actions(s, pid, tx, &["retry", "delete"])) }
         h2 { "Payload" }
         pre { (payload) }
         h2 { "History: consumer groups" }
@@ -756,11 +758,13 @@ async fn message_content(app: &AppState, s: &Session, pid: &str, tx: &str) -> Pa
     })
 }
 
-/// Retry and Delete buttons of one dead letter (none for a read-only session).
-fn dead_letter_actions(s: &Session, pid: &str, tx: &str) -> Markup {
+/// Retry and/or Delete buttons of one dead letter by (partition, transaction
+/// id) (none for a read-only session); the DLQ page replays by record instead.
+fn dead_letter_actions(s: &Session, pid: &str, tx: &str, actions: &[&str]) -> Markup {
+    let labelled = [("retry", "Retry"), ("delete", "Delete")];
     html! {
         @if s.can_act() {
-            @for (action, label) in [("retry", "Retry"), ("delete", "Delete")] {
+            @for (action, label) in labelled.iter().filter(|(a, _)| actions.contains(a)) {
                 form.inline method="post" action={ "/dashboard/dlq/" (action) } {
                     input type="hidden" name="csrf" value=(s.csrf);
                     input type="hidden" name="partitionId" value=(pid);
@@ -801,18 +805,42 @@ async fn dead_letters_content(app: &AppState, s: &Session, p: &DlqPaging) -> Pag
             " " button type="submit" { "Filter" }
         }
         div.cards { (card("dead letters", show(v.get("total")), "dlq-total")) }
-        @if !s.can_act() { p.muted { "Your role may look but not retry or delete." } }
+        @if !s.can_act() { p.muted { "Your role may look but not replay or delete." } }
+        @if s.is_admin() {
+            @if let Some(q) = queue {
+                form.inline #dlq-purge method="post" action="/dashboard/dlq/purge" {
+                    input type="hidden" name="csrf" value=(s.csrf);
+                    input type="hidden" name="queue" value=(q);
+                    "consumer group " input name="consumerGroup" placeholder="all groups";
+                    " " button #dlq-purge-button type="submit" { "Purge dead letters of " (q) }
+                }
+            } @else {
+                p.muted { "Filter by a queue to purge its dead letters." }
+            }
+        }
         table {
             tr { th { "transaction id" } th { "queue / partition" } th { "group" } th { "error" } th { "retries" }
                  th { "failed" } @if s.can_act() { th { "actions" } } }
             @for m in &list {
                 @let (pid, tx) = (at(m, "/partitionId"), at(m, "/transactionId"));
-                tr {
+                @let dlq_id = at(m, "/dlqId");
+                tr id={ "dlq-" (dlq_id) } {
                     td { a href={ "/dashboard/messages/" (pid) "/" (enc(&tx)) } { (tx) } }
                     td { (at(m, "/queue")) " / " (at(m, "/partition")) }
                     td { (at(m, "/consumerGroup")) } td { (at(m, "/errorMessage")) }
                     td.n { (at(m, "/retryCount")) } td { (at(m, "/failedAt")) }
-                    @if s.can_act() { td { (dead_letter_actions(s, &pid, &tx)) } }
+                    @if s.can_act() {
+                        td {
+                            form.inline method="post" action="/dashboard/dlq/replay" {
+                                input type="hidden" name="csrf" value=(s.csrf);
+                                input type="hidden" name="dlqId" value=(dlq_id);
+                                input type="hidden" name="queue" value=(queue.unwrap_or_default());
+                                button type="submit" id={ "replay-" (dlq_id) } { "Replay" }
+                            }
+                            " "
+                            (dead_letter_actions(s, &pid, &tx, &["delete"]))
+                        }
+                    }
                 }
             }
         }
@@ -1125,6 +1153,80 @@ async fn delete_dead_letter(
     Form(form): Form<DeadLetterForm>,
 ) -> Response {
     dead_letter_action(&app, &headers, form, false).await
+}
+
+#[derive(Deserialize)]
+struct ReplayForm {
+    csrf: Option<String>,
+    #[serde(rename = "dlqId")]
+    dlq_id: Option<String>,
+    /// The page's queue filter, to go back to.
+    queue: Option<String>,
+}
+
+/// The DLQ page's filtered view of `queue` (all queues when none).
+fn dlq_page_of(queue: Option<&str>) -> String {
+    match queue.filter(|q| !q.is_empty()) {
+        Some(q) => format!("/dashboard/dlq?queue={}", enc(q)),
+        None => "/dashboard/dlq".to_owned(),
+    }
+}
+
+/// Replays one record in place (`POST /api/v1/dlq/:id/replay`'s move); a
+/// duplicate is said, not hidden behind the redirect.
+async fn replay_dead_letter(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Form(form): Form<ReplayForm>,
+) -> Response {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadWrite) {
+        return session::forbidden(reason);
+    }
+    let id = match queen_engine::parse_dlq_id(form.dlq_id.as_deref().unwrap_or_default()) {
+        Ok(id) => id,
+        Err(e) => return failure(e),
+    };
+    match app.engine.dlq_replay(id, &queen_engine::ReplayTarget::default()).await {
+        Ok(json) => {
+            let answer: Value = serde_json::from_str(&json.0).unwrap_or(Value::Null);
+            if answer.get("result").and_then(Value::as_str) == Some("duplicate") {
+                let text = format!(
+                    "Dead letter {id} was not replayed: a message {} is in {}/{} already; the record is kept.",
+                    at(&answer, "/replayedAs"),
+                    at(&answer, "/queue"),
+                    at(&answer, "/partition")
+                );
+                return (StatusCode::CONFLICT, view::message_page("Not replayed", &text)).into_response();
+            }
+            see_other(&dlq_page_of(form.queue.as_deref()))
+        }
+        Err(e) => failure(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct PurgeForm {
+    csrf: Option<String>,
+    queue: Option<String>,
+    #[serde(rename = "consumerGroup")]
+    consumer_group: Option<String>,
+}
+
+/// Deletes the dead letters of the filtered queue (or one group's); admin only.
+async fn purge_dead_letters(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Form(form): Form<PurgeForm>,
+) -> Response {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::Admin) {
+        return session::forbidden(reason);
+    }
+    let queue = form.queue.unwrap_or_default();
+    let group = Paging::filter(&form.consumer_group);
+    match app.engine.dlq_purge(&queue, group).await {
+        Ok(_) => see_other(&dlq_page_of(Some(&queue))),
+        Err(e) => failure(e),
+    }
 }
 
 #[derive(Deserialize)]
