@@ -269,7 +269,8 @@ async fn a_dead_letter_is_replayed_by_record_and_a_queue_purged_by_clicks() {
     for tx in ["r-1", "r-2"] {
         b.push("refunds", "Default", &[(tx, json!({"refund": tx}))]).await;
         for group in ["ledger", "mailer"] {
-            let popped = b.pop_some("refunds", &format!("batch=1&consumerGroup={group}")).await;
+            let q = format!("batch=1&consumerGroup={group}&subscriptionMode=all");
+            let popped = b.pop_some("refunds", &q).await;
             let m = popped["messages"].as_array().unwrap().iter().find(|m| m["transactionId"] == tx).unwrap();
             assert_eq!(b.ack_with(m, "dlq", Some("refund service down"), Some(group)).await["dlq"], true);
         }

@@ -22,7 +22,8 @@ async fn dead_letter_for(
     b.push(queue, "Default", &[(tx, data)]).await;
     for group in groups {
         let q = match group {
-            Some(g) => format!("batch=1&consumerGroup={g}"),
+            // From the beginning: the group first pops after the push.
+            Some(g) => format!("batch=1&consumerGroup={g}&subscriptionMode=all"),
             None => "batch=1".to_owned(),
         };
         let popped = b.pop_some(queue, &q).await;
