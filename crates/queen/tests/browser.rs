@@ -118,7 +118,7 @@ async fn figures_refresh_live_and_replay_is_a_click() {
     b.push("orders", "eu", &[("o-1", json!({"sku": 1})), ("o-2", json!({"sku": 2}))]).await;
     b.push("orders", "us", &[("o-3", json!({"sku": 3}))]).await;
     b.push("emails", "Default", &[("e-1", json!({"to": "a@example.com"}))]).await;
-    b.pop_some("orders", "batch=1&consumerGroup=billing").await;
+    b.pop_some("orders", "batch=1&subscriptionMode=all&consumerGroup=billing").await;
     b.push("payments", "Default", &[("p-bad", json!({"amount": "?"}))]).await;
     let popped = b.pop_some("payments", "batch=1").await;
     let r = b.ack_with(&popped["messages"][0], "failed", Some("amount is not a number"), None).await;
@@ -298,7 +298,7 @@ async fn a_dead_letter_is_replayed_by_record_and_a_queue_purged_by_clicks() {
     assert!(c.find(Locator::Id(&format!("dlq-{ledger_r1}"))).await.is_err(), "the replayed row is gone");
     let left = b.dlq("refunds").await;
     assert!(left["messages"].as_array().unwrap().iter().all(|r| r["dlqId"] != ledger_r1), "{left}");
-    let popped = b.pop_some("refunds", "batch=10&consumerGroup=ledger").await;
+    let popped = b.pop_some("refunds", "batch=10&subscriptionMode=all&consumerGroup=ledger").await;
     assert_eq!(popped["messages"][0]["transactionId"], format!("dlq:{ledger_r1}"), "{popped}");
     assert_eq!(popped["messages"][0]["data"], json!({"refund": "r-1"}));
     let mailer =

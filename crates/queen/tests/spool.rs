@@ -229,14 +229,18 @@ async fn a_damaged_spool_tail_is_reported_and_skipped_never_a_crash_loop() {
         assert_eq!(status, 201);
     }
     broker.kill9();
-    // Tear the last record, as a crash in the middle of a write would.
-    let segment = std::fs::read_dir(&spool)
+    // Tear the last record, as a crash in the middle of a write would: the
+    // end of the newest segment (the drainer's attempts while the database
+    // was down may have sealed earlier ones).
+    let mut segments: Vec<PathBuf> = std::fs::read_dir(&spool)
         .unwrap()
         .flatten()
         .flat_map(|db| std::fs::read_dir(db.path()).unwrap().flatten())
         .map(|e| e.path())
-        .find(|p| p.extension().is_some_and(|e| e == "seg"))
-        .expect("a spool segment");
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    let segment = segments.pop().expect("a spool segment");
     let bytes = std::fs::read(&segment).unwrap();
     std::fs::write(&segment, &bytes[..bytes.len() - 7]).unwrap();
 

@@ -1179,7 +1179,7 @@ async fn replay_dead_letter(
     headers: HeaderMap,
     Form(form): Form<ReplayForm>,
 ) -> Response {
-    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadWrite) {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::ReadWrite).await {
         return session::forbidden(reason);
     }
     let id = match queen_engine::parse_dlq_id(form.dlq_id.as_deref().unwrap_or_default()) {
@@ -1218,7 +1218,7 @@ async fn purge_dead_letters(
     headers: HeaderMap,
     Form(form): Form<PurgeForm>,
 ) -> Response {
-    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::Admin) {
+    if let Err(reason) = session::authorize(&app, &headers, form.csrf.as_deref(), Role::Admin).await {
         return session::forbidden(reason);
     }
     let queue = form.queue.unwrap_or_default();
