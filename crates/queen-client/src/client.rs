@@ -253,6 +253,16 @@ pub struct QueueOptions {
     /// Payloads encrypted at rest (the broker needs `QUEEN_ENCRYPTION_KEY`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub encryption_enabled: Option<bool>,
+    /// Milliseconds a long poll for a batch larger than one may hold an
+    /// under-full batch so one commit carries more (clamped to 0..=60000).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_pop_wait_time: Option<i64>,
+    /// Queen 1.6's retention sink hold: stored, not acted on (no sinks here).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_sink_hold: Option<String>,
+    /// Queen 1.6's retention sink hold limit: stored, not acted on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_sink_hold_max_seconds: Option<i64>,
 }
 
 #[derive(Serialize)]

@@ -710,6 +710,8 @@ async fn options_round_trip_and_namespace_pops_span_queues<B: Broker>(queen: Que
         completed_retention_seconds: Some(600),
         max_wait_time_seconds: Some(7200),
         priority: Some(9),
+        min_pop_wait_time: Some(120),
+        retention_sink_hold: Some("archive".into()),
         ..QueueOptions::default()
     };
     let urgent = queen.queue("urgent").in_namespace("billing").task("invoice");
@@ -719,6 +721,9 @@ async fn options_round_trip_and_namespace_pops_span_queues<B: Broker>(queen: Que
     assert_eq!(echoed.retention_enabled, Some(true));
     assert_eq!(echoed.max_wait_time_seconds, Some(7200));
     assert_eq!(echoed.encryption_enabled, Some(false));
+    assert_eq!(echoed.min_pop_wait_time, Some(120));
+    assert_eq!(echoed.retention_sink_hold.as_deref(), Some("archive"));
+    assert_eq!(echoed.retention_sink_hold_max_seconds, Some(604_800));
     let routine = queen.queue("routine").in_namespace("billing").task("invoice");
     routine.configure(&QueueOptions { priority: Some(1), ..QueueOptions::default() }).await.unwrap();
     routine.push_batch(&items("low", 1)).await.unwrap();

@@ -266,6 +266,7 @@ pub struct Engine {
     timer_stats: Arc<TimerStats>,
     retention_stats: Arc<RetentionStats>,
     sealed_queues: SealedQueues,
+    fill_waits: crate::fill_wait::FillWaits,
     ephemeral: Arc<Ephemeral>,
     identity: Arc<crate::brokers::Identity>,
     traffic: Arc<crate::brokers::Traffic>,
@@ -390,6 +391,7 @@ impl Engine {
             timer_stats,
             retention_stats,
             sealed_queues: SealedQueues::default(),
+            fill_waits: crate::fill_wait::FillWaits::default(),
             ephemeral,
             identity,
             traffic,
@@ -436,6 +438,19 @@ impl Engine {
     /// What a committed push calls with the queues that got messages.
     pub(crate) fn announce_fn(&self) -> crate::batch::Announce {
         announce_fn(&self.waiters, &self.announcer)
+    }
+
+    pub(crate) fn fill_waits(&self) -> &crate::fill_wait::FillWaits {
+        &self.fill_waits
+    }
+
+    pub(crate) fn waiters_ref(&self) -> &Waiters {
+        &self.waiters
+    }
+
+    /// How often a waiting pop re-checks without a wake-up.
+    pub(crate) fn poll_interval(&self) -> Duration {
+        self.options.poll_interval
     }
 
     /// The push spool, when configured.
@@ -613,6 +628,9 @@ impl Engine {
             if let (Some(q), Some(on)) = (v["queue"].as_str(), v["options"]["encryptionEnabled"].as_bool()) {
                 self.sealed_queues().set(q, on);
             }
+            if let (Some(q), Some(ms)) = (v["queue"].as_str(), v["options"]["minPopWaitTime"].as_u64()) {
+                self.fill_waits().learn(q, ms);
+            }
         }
         Ok(answer)
     }
@@ -661,6 +679,8 @@ impl Engine {
     /// fallback.
     pub async fn pop_wait(&self, req: &PopRequest, timeout: Duration) -> Result<Option<Json>, EngineError> {
         let deadline = Instant::now() + timeout;
+        // The queue's minPopWaitTime: an under-full batch may wait to fill.
+        self.fill_wait(req, deadline).await?;
         let handle = self.waiters.handle(req.waiter_key());
         let mut shutdown = self.shutdown.subscribe();
         let result = loop {

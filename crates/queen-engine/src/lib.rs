@@ -23,6 +23,7 @@ mod db;
 mod dlq;
 mod ephemeral;
 mod error;
+mod fill_wait;
 mod kv;
 mod kv_browse;
 mod kv_decode;

@@ -80,6 +80,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0017_hot_leases.sql",
         sql: include_str!("../sql/migrations/0017_hot_leases.sql"),
     },
+    Migration {
+        version: 18,
+        name: "0018_queue_options_16.sql",
+        sql: include_str!("../sql/migrations/0018_queue_options_16.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -45,7 +45,8 @@ pub(crate) struct ConfigureRequest {
     task: Option<String>,
     /// camelCase queue options, merged into the stored ones (`"mode": "replace"` resets):
     /// leaseTime, retryLimit, priority, delayedProcessing, windowBuffer, maxSize,
-    /// deadLetterQueue, dlqAfterMaxRetries, dedupWindowSeconds, ...
+    /// deadLetterQueue, dlqAfterMaxRetries, dedupWindowSeconds, minPopWaitTime (ms, clamped to
+    /// 0..60000), retentionSinkHold and retentionSinkHoldMaxSeconds (stored, not acted on), ...
     #[schema(value_type = Object)]
     options: Option<Value>,
 }

@@ -270,3 +270,96 @@ async fn a_tag_pop_needs_a_tag_and_long_polls_until_a_push_to_any_queue() {
     assert_eq!(status, 200, "{got}");
     assert_eq!(tx_ids(&got), ["woke"]);
 }
+
+/// Queen 1.6's configure keys are all accepted; minPopWaitTime is clamped as
+/// Queen clamps it; the sink hold is stored and labelled as not acted on.
+#[tokio::test]
+async fn queen_16_option_keys_are_accepted_and_the_ones_not_acted_on_are_labelled() {
+    let b = TestBroker::start().await;
+    let options = json!({"minPopWaitTime": 250, "dedupWindowSeconds": 10, "maxWaitTimeSeconds": 0,
+                         "retentionSinkHold": "s3-archive", "retentionSinkHoldMaxSeconds": 3600});
+    let (status, v) = b.configure("sixteen", options).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["options"]["minPopWaitTime"], 250);
+    assert_eq!(v["options"]["retentionSinkHold"], "s3-archive");
+    assert_eq!(v["options"]["retentionSinkHoldMaxSeconds"], 3600);
+    assert_eq!(v["optionsNotActedOn"], json!(["retentionSinkHold", "retentionSinkHoldMaxSeconds"]));
+    let (status, detail) = b.get("/api/v1/resources/queues/sixteen").await;
+    assert_eq!(status, 200, "{detail}");
+    assert_eq!(detail["options"]["minPopWaitTime"], 250);
+    assert_eq!(detail["optionsNotActedOn"], v["optionsNotActedOn"]);
+    // Clamped, not refused.
+    assert_eq!(
+        b.configure_ok("sixteen", json!({"minPopWaitTime": -5})).await["options"]["minPopWaitTime"],
+        0
+    );
+    assert_eq!(
+        b.configure_ok("sixteen", json!({"minPopWaitTime": 99_999_999})).await["options"]["minPopWaitTime"],
+        60000
+    );
+    // Bad values are refused with the field named, and nothing changes.
+    for (bad, field) in [
+        (json!({"retentionSinkHold": "a b"}), "options.retentionSinkHold"),
+        (json!({"retentionSinkHold": 7}), "options.retentionSinkHold"),
+        (json!({"retentionSinkHoldMaxSeconds": -1}), "options.retentionSinkHoldMaxSeconds"),
+        (json!({"minPopWaitTime": "soon"}), "options.minPopWaitTime"),
+    ] {
+        let (status, body) = b.configure("sixteen", bad.clone()).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.to_string().contains(field), "{bad}: {body}");
+    }
+    let (_, detail) = b.get("/api/v1/resources/queues/sixteen").await;
+    assert_eq!(detail["options"]["retentionSinkHold"], "s3-archive");
+    assert_eq!(detail["options"]["retentionSinkHoldMaxSeconds"], 3600);
+    // "replace" resets them to Queen's defaults.
+    let (status, v) =
+        b.post("/api/v1/configure", &json!({"queue": "sixteen", "mode": "replace", "options": {}})).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["options"]["minPopWaitTime"], 0);
+    assert_eq!(v["options"]["retentionSinkHold"], "");
+    assert_eq!(v["options"]["retentionSinkHoldMaxSeconds"], 604800);
+}
+
+/// minPopWaitTime: a long poll for a batch finds 2 of 5 and waits for the
+/// rest (one answer with all 5); without the option it answers the 2 at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_pop_wait_time_holds_an_under_full_batch_until_it_fills() {
+    let b = TestBroker::start().await;
+    for (queue, wait) in [("filling", 5000), ("eager", 0)] {
+        b.configure_ok(queue, json!({"minPopWaitTime": wait})).await;
+        b.pop_none(queue, "batch=5").await; // registers queue mode
+        b.push(queue, "Default", &[("a", json!(1)), ("b", json!(2))]).await;
+        let api = b.api();
+        let q = queue.to_owned();
+        let pop = tokio::spawn(async move { api.pop(&q, "batch=5&wait=true&timeout=10000").await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        b.push(queue, "Default", &[("c", json!(3)), ("d", json!(4)), ("e", json!(5))]).await;
+        let (status, popped) = pop.await.unwrap();
+        assert_eq!(status, 200, "{popped}");
+        let got = tx_ids(&popped);
+        if wait > 0 {
+            assert_eq!(got, ["a", "b", "c", "d", "e"], "the batch waited to fill");
+        } else {
+            assert_eq!(got, ["a", "b"], "without the option the pop answers what is there");
+        }
+    }
+}
+
+/// The fill wait never outlasts the caller's own wait: what is there is
+/// delivered at the caller's deadline.
+#[tokio::test]
+async fn min_pop_wait_time_never_outlasts_the_callers_wait() {
+    let b = TestBroker::start().await;
+    b.configure_ok("patient", json!({"minPopWaitTime": 60000})).await;
+    b.pop_none("patient", "batch=10").await;
+    b.push("patient", "Default", &[("a", json!(1)), ("b", json!(2))]).await;
+    let started = Instant::now();
+    let popped = b.pop_some("patient", "batch=10&autoAck=true&wait=true&timeout=600").await;
+    assert_eq!(tx_ids(&popped), ["a", "b"]);
+    assert!(started.elapsed() < Duration::from_secs(5), "held {:?} past a 600 ms wait", started.elapsed());
+    // A batch of one never waits, nor does a pop without wait.
+    b.push("patient", "Default", &[("c", json!(3))]).await;
+    let started = Instant::now();
+    assert_eq!(tx_ids(&b.pop_some("patient", "batch=1&wait=true&timeout=30000").await), ["c"]);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

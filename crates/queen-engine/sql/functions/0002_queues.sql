@@ -10,7 +10,16 @@ LANGUAGE sql STABLE AS $$
     'delayedProcessing', q.delayed_processing, 'windowBuffer', q.window_buffer,
     'retentionSeconds', q.retention_seconds, 'completedRetentionSeconds', q.completed_retention_seconds,
     'retentionEnabled', q.retention_enabled, 'encryptionEnabled', q.encryption_enabled,
-    'maxWaitTimeSeconds', q.max_wait_time_seconds, 'dedupWindowSeconds', q.dedup_window_seconds)
+    'maxWaitTimeSeconds', q.max_wait_time_seconds, 'dedupWindowSeconds', q.dedup_window_seconds,
+    'minPopWaitTime', q.min_pop_wait_time, 'retentionSinkHold', q.retention_sink_hold,
+    'retentionSinkHoldMaxSeconds', q.retention_sink_hold_max_seconds)
+$$;
+
+-- The options Queen 1.6 accepts that this broker stores but does not act on
+-- (there is no retention sink to hold for); answered beside the options.
+CREATE OR REPLACE FUNCTION queen.options_not_acted_on() RETURNS json
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT '["retentionSinkHold", "retentionSinkHoldMaxSeconds"]'::json
 $$;
 
 -- POST /api/v1/configure. Merges: an absent option keeps its stored value;
@@ -32,7 +41,8 @@ DECLARE
   v_known text[] := ARRAY['leaseTime','retryLimit','retryDelay','maxSize','ttl','priority',
     'deadLetterQueue','dlqAfterMaxRetries','delayedProcessing','windowBuffer','retentionSeconds',
     'completedRetentionSeconds','retentionEnabled','encryptionEnabled','maxWaitTimeSeconds',
-    'dedupWindowSeconds'];
+    'dedupWindowSeconds','minPopWaitTime','retentionSinkHold','retentionSinkHoldMaxSeconds'];
+  v_sink_hold text;
   d queen.queues;
   q queen.queues;
 BEGIN
@@ -59,6 +69,12 @@ BEGIN
     END IF;
   END LOOP;
 
+  -- A sink's name, as Queen checks it.
+  v_sink_hold := queen.json_text(v_opts, 'retentionSinkHold', 'options.');
+  IF v_sink_hold IS NOT NULL AND v_sink_hold !~ '^[A-Za-z0-9_-]{0,255}$' THEN
+    PERFORM queen.bad_request('options.retentionSinkHold', 'must be a sink name: letters, digits, "_" or "-"');
+  END IF;
+
   INSERT INTO queen.queues (name) VALUES (v_name) ON CONFLICT (name) DO NOTHING;
   SELECT * INTO q FROM queen.queues WHERE name = v_name FOR NO KEY UPDATE;
   IF v_mode = 'replace' THEN
@@ -68,6 +84,7 @@ BEGIN
     d.delayed_processing := 0; d.window_buffer := 0; d.retention_seconds := 0;
     d.completed_retention_seconds := 0; d.retention_enabled := false; d.encryption_enabled := false;
     d.max_wait_time_seconds := 0; d.dedup_window_seconds := 3600;
+    d.min_pop_wait_time := 0; d.retention_sink_hold := ''; d.retention_sink_hold_max_seconds := 604800;
   ELSE
     d := q;
   END IF;
@@ -91,6 +108,12 @@ BEGIN
     encryption_enabled = coalesce(queen.json_bool(v_opts, 'encryptionEnabled', 'options.'), d.encryption_enabled),
     max_wait_time_seconds = coalesce(queen.json_int(v_opts, 'maxWaitTimeSeconds', 'options.', 0), d.max_wait_time_seconds),
     dedup_window_seconds = coalesce(queen.json_int(v_opts, 'dedupWindowSeconds', 'options.', 0), d.dedup_window_seconds),
+    -- Clamped rather than refused, as Queen does.
+    min_pop_wait_time = coalesce(least(greatest(
+      queen.json_int(v_opts, 'minPopWaitTime', 'options.', -2147483648), 0), 60000), d.min_pop_wait_time),
+    retention_sink_hold = coalesce(v_sink_hold, d.retention_sink_hold),
+    retention_sink_hold_max_seconds = coalesce(
+      queen.json_int(v_opts, 'retentionSinkHoldMaxSeconds', 'options.', 0), d.retention_sink_hold_max_seconds),
     updated_at = now()
   WHERE id = q.id
   RETURNING * INTO q;
@@ -107,7 +130,7 @@ BEGIN
   END IF;
 
   RETURN json_build_object('configured', true, 'queue', q.name, 'namespace', q.namespace,
-    'task', q.task, 'options', queen.queue_options(q));
+    'task', q.task, 'options', queen.queue_options(q), 'optionsNotActedOn', queen.options_not_acted_on());
 END $$;
 
 -- DELETE /api/v1/resources/queues/:queue. Answers deleted:false for a

@@ -492,3 +492,18 @@ BEGIN
    WHERE c.partition_id = l.pid AND c.consumer_group = l.g;
   RETURN v_answers;
 END $$;
+
+-- Engine::pop_wait under a queue's minPopWaitTime: how many messages the
+-- group could take now (at most p_cap), counted from its cursors on lanes no
+-- live lease holds; NULL when it has no cursor there yet. An estimate for
+-- the fill wait only: delays, windows and ttl stay the pop's to judge.
+CREATE OR REPLACE FUNCTION queen.pop_backlog(p_queue text, p_partition text, p_group text, p_cap integer)
+RETURNS integer
+LANGUAGE sql STABLE AS $$
+  SELECT least(sum(greatest(p.next_seq - c.next_seq, 0)), p_cap)::integer
+    FROM queen.queues q
+    JOIN queen.cursors c ON c.queue_id = q.id AND c.consumer_group = p_group
+    JOIN queen.partitions p ON p.id = c.partition_id
+   WHERE q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
+     AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
+$$;

@@ -135,6 +135,7 @@ BEGIN
   END IF;
   SELECT json_build_object('id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
            'createdAt', queen.iso(q.created_at), 'options', queen.queue_options(q),
+           'optionsNotActedOn', queen.options_not_acted_on(),
            'partitions', coalesce(json_agg(json_build_object('id', s.partition_id, 'name', s.name,
               'createdAt', queen.iso(s.created_at), 'lastPushAt', queen.iso(s.last_push_at),
               'stats', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,

@@ -665,6 +665,9 @@ pub(crate) struct ConfigureArgs {
     /// How long a transactionId is remembered per partition, in seconds.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(i64).range(0..))]
     dedup_window_seconds: Option<i64>,
+    /// Milliseconds a long poll for a batch may hold an under-full batch to fill it (0 to 60000).
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(i64).range(0..=60_000))]
+    min_pop_wait_ms: Option<i64>,
 }
 
 pub(crate) async fn configure(ctx: &Ctx, a: ConfigureArgs) -> Outcome {
@@ -685,6 +688,7 @@ pub(crate) async fn configure(ctx: &Ctx, a: ConfigureArgs) -> Outcome {
         encryption_enabled: a.encrypt,
         dead_letter_queue: a.dead_letter_queue,
         dedup_window_seconds: a.dedup_window_seconds,
+        min_pop_wait_time: a.min_pop_wait_ms,
         ..QueueOptions::default()
     };
     let body = serde_json::json!({
