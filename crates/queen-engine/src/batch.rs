@@ -442,9 +442,13 @@ pub(crate) type BundleBatcher = Batcher<Bundle, Json>;
 /// What a committed push tells the engine: the queues that got messages.
 pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
 
-pub(crate) fn start_gets(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> GetBatcher {
+/// `max_read`: the bytes of values one statement may answer
+/// (`kv_max_read_bytes`); the rest of a batch is asked again.
+pub(crate) fn start_gets(pool: Pool, slots: usize, max_read: i64, stats: Arc<BatchStats>) -> GetBatcher {
     let budget = Budget { ceiling: [MAX_GETS, usize::MAX], cost: |_| [1, 0] };
-    Batcher::start(slots, budget, BatchKind::KvGet, stats, move |batch| run_gets(pool.clone(), batch))
+    Batcher::start(slots, budget, BatchKind::KvGet, stats, move |batch| {
+        run_gets(pool.clone(), max_read, batch)
+    })
 }
 
 pub(crate) fn start_writes(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> WriteBatcher {
@@ -516,33 +520,51 @@ async fn run_bundles(pool: Pool, max_read: i64, batch: Vec<Waiting<Bundle, Json>
     answer_members(batch, outcome, alone).await
 }
 
-async fn run_gets(pool: Pool, batch: Vec<Waiting<GetKey, String>>) -> Answered {
+async fn run_gets(pool: Pool, max_read: i64, batch: Vec<Waiting<GetKey, String>>) -> Answered {
     let alone = |g: GetKey| {
         let pool = pool.clone();
-        async move { get_many(&pool, &[&g]).await.map(|mut e| e.pop().unwrap_or_default()) }
+        async move { get_many(&pool, &[&g], max_read).await.map(|mut e| e.pop().unwrap_or_default()) }
     };
     let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
     let keys: Vec<&GetKey> = batch.iter().map(|w| &w.request).collect();
-    let outcome = get_many(&pool, &keys).await;
+    let outcome = get_many(&pool, &keys, max_read).await;
     drop(keys);
     answer_batch(batch, outcome, alone).await
 }
 
-async fn get_many(pool: &Pool, batch: &[&GetKey]) -> Result<Vec<String>, EngineError> {
+/// The answers of `batch`, index-aligned. Each statement answers at most
+/// `max_read` bytes of values (and always its first row): what did not fit
+/// is asked again, so a batch of large values never makes one huge answer.
+async fn get_many(pool: &Pool, batch: &[&GetKey], max_read: i64) -> Result<Vec<String>, EngineError> {
     let client = pool.get().await?;
     let mut rows: Vec<Option<tokio_postgres::Row>> = (0..batch.len()).map(|_| None).collect();
     if let [one] = batch {
         let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get.sql")).await?;
         rows[0] = client.query_opt(&stmt, &[&one.ns, &one.key]).await?;
     } else {
-        let ns: Vec<&str> = batch.iter().map(|g| g.ns.as_str()).collect();
-        let keys: Vec<&str> = batch.iter().map(|g| g.key.as_str()).collect();
         let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_batch.sql")).await?;
-        for row in client.query(&stmt, &[&ns, &keys]).await? {
-            let n: i64 = row.try_get(4)?;
-            if let Some(slot) = usize::try_from(n - 1).ok().and_then(|i| rows.get_mut(i)) {
-                *slot = Some(row);
+        let mut asked: Vec<usize> = (0..batch.len()).collect();
+        while !asked.is_empty() {
+            let ns: Vec<&str> = asked.iter().map(|&i| batch[i].ns.as_str()).collect();
+            let keys: Vec<&str> = asked.iter().map(|&i| batch[i].key.as_str()).collect();
+            let mut again = Vec::new();
+            for row in client.query(&stmt, &[&ns, &keys, &max_read]).await? {
+                let n: i64 = row.try_get(4)?;
+                let included: bool = row.try_get(5)?;
+                let Some(&member) = usize::try_from(n - 1).ok().and_then(|i| asked.get(i)) else { continue };
+                if included {
+                    rows[member] = Some(row);
+                } else {
+                    again.push(member);
+                }
             }
+            // The first row is always included, so each pass answers one at least.
+            if again.len() >= asked.len() {
+                return Err(EngineError::Protocol(
+                    "a KV get batch answered no row within its byte ceiling".into(),
+                ));
+            }
+            asked = again;
         }
     }
     batch.iter().zip(rows).map(|(g, row)| get_element(&g.key, row)).collect()

@@ -357,8 +357,14 @@ impl Engine {
             shutdown.subscribe(),
         ));
         let batch_stats = Arc::new(BatchStats::default());
-        let get_batcher = (options.kv_get_batch_slots > 0)
-            .then(|| batch::start_gets(pool.clone(), options.kv_get_batch_slots, batch_stats.clone()));
+        let get_batcher = (options.kv_get_batch_slots > 0).then(|| {
+            batch::start_gets(
+                pool.clone(),
+                options.kv_get_batch_slots,
+                options.kv_max_read_bytes,
+                batch_stats.clone(),
+            )
+        });
         let write_batcher = (options.kv_write_batch_slots > 0)
             .then(|| batch::start_writes(pool.clone(), options.kv_write_batch_slots, batch_stats.clone()));
         let announce = announce_fn(&waiters, &announcer);

@@ -481,3 +481,54 @@ async fn concurrent_gets_are_batched_and_each_answers_its_own_key() {
     assert_eq!(items, 400);
     assert!(batches < items, "{batches} batches for {items} gets: nothing was batched");
 }
+
+/// The get batcher bounds each statement's answer in bytes: a batch of
+/// large values is answered over several statements, each caller still
+/// gets its own whole value, and no statement answers more than the
+/// ceiling plus one value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_large_gets_is_answered_within_the_byte_ceiling() {
+    let b = TestBroker::start().await;
+    let options = EngineOptions {
+        kv_get_batch_slots: 1,
+        kv_max_read_bytes: 40_000,
+        kv_sweep_interval: None,
+        ..EngineOptions::default()
+    };
+    let engine = std::sync::Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"));
+    let big = |i: usize| format!("\"{}{}\"", i, "x".repeat(10_000));
+    for i in 0..32 {
+        let op = put(&format!("big{i}"), &big(i), Expiry::Forever);
+        assert!(matches!(engine.kv_ops(&[op]).await.expect("put"), KvOutcome::Done(_)));
+    }
+    let tasks: Vec<_> = (0..96)
+        .map(|t| {
+            let engine = engine.clone();
+            tokio::spawn(async move {
+                let i = t % 32;
+                let answer = engine.kv(&format!(r#"[{{"op":"get","ns":"{NS}","key":"big{i}"}}]"#)).await;
+                (i, answer.expect("get").0)
+            })
+        })
+        .collect();
+    for task in tasks {
+        let (i, body) = task.await.expect("join");
+        let v: Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(v["results"][0]["found"], true, "{body}");
+        assert_eq!(v["results"][0]["value"].as_str().map(str::len), Some(10_000 + i.to_string().len()));
+        assert!(v["results"][0]["value"].as_str().unwrap().starts_with(&i.to_string()));
+    }
+    // The statement itself, called with the batch's arrays: at most the
+    // ceiling's worth of values comes back included (the first row always).
+    let db = b.sql().await;
+    let keys: Vec<String> = (0..32).map(|i| format!("big{i}")).collect();
+    let ns: Vec<String> = vec![NS.to_owned(); 32];
+    let rows = db
+        .query(include_str!("../../queen-engine/sql/statements/kv_get_batch.sql"), &[&ns, &keys, &40_000i64])
+        .await
+        .expect("the batch statement");
+    let included: Vec<&tokio_postgres::Row> = rows.iter().filter(|r| r.get::<_, bool>(5)).collect();
+    assert_eq!(rows.len(), 32);
+    assert_eq!(included.len(), 4, "10 KB values under a 40 KB ceiling: the rows starting before it");
+    assert!(rows.iter().filter(|r| !r.get::<_, bool>(5)).all(|r| r.get::<_, Option<String>>(0).is_none()));
+}

@@ -254,3 +254,46 @@ async fn embedded_timer_ops_are_typed_and_checked() {
     let r = b.engine.timer_ops(&[op]).await.expect("cancel");
     assert_eq!(r[0].status, "absent");
 }
+
+/// A bundle that pushes into a partition and reschedules a due timer firing
+/// into that same partition, racing the sweeper: both take the timer's row
+/// before the partition's, so neither waits on the other in a cycle (a
+/// deadlock PostgreSQL breaks would answer the bundle 503).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bundles_and_the_timer_sweeper_racing_on_one_partition_never_deadlock() {
+    let options = queen_engine::EngineOptions {
+        timer_sweep_interval: Some(Duration::from_millis(2)),
+        ..queen_engine::EngineOptions::default()
+    };
+    let b = TestBroker::start_with_options(options).await;
+    let workers: Vec<_> = (0..6)
+        .map(|w| {
+            let api = b.api();
+            tokio::spawn(async move {
+                let mut refused = Vec::new();
+                for i in 0..60 {
+                    let key = format!("tick{}", i % 3);
+                    let body = json!({
+                        "operations": [{"type": "push", "items": [{"queue": "race", "partition": "p", "payload": {"w": w, "i": i}}]}],
+                        "requiredLeases": [],
+                        "timers": [{"op": "schedule", "queue": "race", "timerKey": key, "partition": "p",
+                                    "payload": b64(&json!({"w": w, "i": i})), "delayMs": 0, "txn": format!("t-{w}-{i}")}],
+                    });
+                    let (status, v) = api.post("/api/v1/transaction", &body).await;
+                    if status != 200 || v["success"] != json!(true) {
+                        refused.push(format!("{status} {v}"));
+                    }
+                }
+                refused
+            })
+        })
+        .collect();
+    let mut refused = Vec::new();
+    for w in workers {
+        refused.extend(w.await.expect("worker"));
+    }
+    assert!(refused.is_empty(), "{} bundles refused, first: {:?}", refused.len(), refused.first());
+    // The timers fired into the partition too.
+    let fired = b.scalar("SELECT count(*) FROM queen.messages WHERE transaction_id LIKE 't-%'").await;
+    assert!(fired > 0, "the sweeper fired while the bundles ran");
+}

@@ -6,9 +6,10 @@
 -- Results live in one flat index space: one slot per pushed item and per ack,
 -- in `operations` order (p_push_slots, p_ack_slots), then one per `kv` op.
 -- Timer ops follow the kv ops in the index space and are applied last.
--- Lock order: partitions of the pushes (by id), then cursors of the acks (by
--- partition id), then KV keys (in byte order), so overlapping bundles never
--- deadlock. Any refusal raises QN200 and the whole bundle rolls back.
+-- Lock order: timer rows (by queue and key), then partitions of the pushes
+-- (by id), then cursors of the acks (by partition id), then KV keys (in byte
+-- order), so overlapping bundles, and a bundle and the timer sweeper (timer
+-- rows, then the partitions it fires into), never deadlock. Any refusal raises QN200 and the whole bundle rolls back.
 DROP FUNCTION IF EXISTS queen.transaction(json, text);
 DROP FUNCTION IF EXISTS queen.transaction(json, text, bigint);
 -- Before the `timers` rider.
@@ -59,6 +60,18 @@ DECLARE
   r record;
   v_one jsonb;
 BEGIN
+  -- Timers first: the timer sweeper locks a due timer's row and then the
+  -- partition it fires into, so a bundle takes timer rows before partitions
+  -- too, and the two never deadlock (a refusal below rolls these back with
+  -- the rest). Their results still follow the KV ops in the index space.
+  IF coalesce(array_length(t_op, 1), 0) > 0 THEN
+    SELECT coalesce(jsonb_agg(jsonb_build_object('index', p_slot_count + coalesce(array_length(a_op, 1), 0) + e.n - 1,
+                                                 'type', 'timer') || e.x ORDER BY e.n), '[]')
+      INTO v_timers
+      FROM jsonb_array_elements(queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn))
+           WITH ORDINALITY e(x, n);
+  END IF;
+
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
     -- queen.push_rows refuses while push is paused.
     SELECT x.result INTO v_push
@@ -93,15 +106,6 @@ BEGIN
     v_kv := queen.kv_apply(a_op, a_ns, a_key, a_value, a_ttl, a_forever, a_expect, a_required,
       a_delta, a_min, a_max, a_keys, a_prefix, a_after, a_limit, a_keys_only,
       jsonb_build_object('tx', true, 'txId', p_tx_id, 'offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
-  END IF;
-
-  -- Timers last: a lost `required` KV op above has already rolled them back.
-  IF coalesce(array_length(t_op, 1), 0) > 0 THEN
-    SELECT coalesce(jsonb_agg(jsonb_build_object('index', p_slot_count + coalesce(array_length(a_op, 1), 0) + e.n - 1,
-                                                 'type', 'timer') || e.x ORDER BY e.n), '[]')
-      INTO v_timers
-      FROM jsonb_array_elements(queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn))
-           WITH ORDINALITY e(x, n);
   END IF;
 
   -- A bundle with only KV ops has no slots: its answer is the KV results
