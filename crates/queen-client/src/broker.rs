@@ -87,9 +87,17 @@ pub trait Broker: Send + Sync {
     /// (`POST /api/v1/consumer-groups/{group}/subscription`.)
     fn update_subscription(&self, group: &str, timestamp: &str) -> impl Future<Output = Result<Json>> + Send;
 
-    /// Moves `group`'s existing cursors on `queue` and clears their leases.
-    /// (`POST /api/v1/consumer-groups/{group}/queues/{queue}/seek`.)
-    fn seek(&self, group: &str, queue: &str, to: &Seek) -> impl Future<Output = Result<Json>> + Send;
+    /// Moves `group`'s existing cursors on `queue`, or on its one
+    /// `partition`, and clears their leases.
+    /// (`POST /api/v1/consumer-groups/{group}/queues/{queue}/seek`, or
+    /// `.../partitions/{partition}/seek`; an unknown partition is a 404.)
+    fn seek(
+        &self,
+        group: &str,
+        queue: &str,
+        partition: Option<&str>,
+        to: &Seek,
+    ) -> impl Future<Output = Result<Json>> + Send;
 
     /// Runs a KV call (`{"operations": [...]}`, kv.md): one op or a batch of
     /// up to 256, run in one PostgreSQL transaction and answered
@@ -332,9 +340,9 @@ impl Broker for EmbeddedBroker {
         Ok(self.engine.update_subscription(group, Some(timestamp)).await?)
     }
 
-    async fn seek(&self, group: &str, queue: &str, to: &Seek) -> Result<Json> {
+    async fn seek(&self, group: &str, queue: &str, partition: Option<&str>, to: &Seek) -> Result<Json> {
         let (to_end, timestamp) = to.parts();
-        Ok(self.engine.seek(group, queue, to_end, timestamp).await?)
+        Ok(self.engine.seek(group, queue, partition, to_end, timestamp).await?)
     }
 
     async fn kv(&self, body: &str) -> Result<Json> {

@@ -113,6 +113,29 @@ pub struct Seeked {
     pub partitions_updated: u64,
 }
 
+/// The answer of [`Queen::seek_partition`] (Queen's shape).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionSeeked {
+    /// The partition sought on.
+    #[serde(default)]
+    pub partition_name: String,
+    /// Whether the group's cursor there moved (`false`: the group has none
+    /// on the partition yet).
+    #[serde(default)]
+    pub updated: bool,
+    /// The id of the last message the group is now past (`None` when it is
+    /// before every stored message, or did not move).
+    #[serde(default)]
+    pub cursor_moved_to: Option<String>,
+    /// Whether the cursor went to the end.
+    #[serde(default)]
+    pub seek_to_end: bool,
+    /// The time sought to, in the broker's timestamp format (`None` for the end).
+    #[serde(default)]
+    pub target_timestamp: Option<String>,
+}
+
 fn decode<T: serde::de::DeserializeOwned>(json: &queen_engine::Json, what: &str) -> Result<T> {
     json.decode().map_err(|e| Error::decode(what, e))
 }
@@ -188,6 +211,23 @@ impl<B: Broker> Queen<B> {
     /// lease, so its ack cannot move the cursor again: what the seek chose
     /// is what the group gets next.
     pub async fn seek(&self, group: &str, queue: &str, to: Seek) -> Result<Seeked> {
-        decode(&self.broker().seek(group, queue, &to).await?, "seek answer")
+        decode(&self.broker().seek(group, queue, None, &to).await?, "seek answer")
+    }
+
+    /// [`Queen::seek`] on one partition of `queue`: the group's cursor there
+    /// moves and loses its lease; its other partitions are untouched.
+    ///
+    /// Why: one lane is stuck on a poison backlog, or needs a replay, while
+    /// the rest of the queue is fine. An unknown queue or partition is an
+    /// error (404, "Partition not found"); a group with no cursor on the
+    /// partition answers `updated: false`.
+    pub async fn seek_partition(
+        &self,
+        group: &str,
+        queue: &str,
+        partition: &str,
+        to: Seek,
+    ) -> Result<PartitionSeeked> {
+        decode(&self.broker().seek(group, queue, Some(partition), &to).await?, "partition seek answer")
     }
 }

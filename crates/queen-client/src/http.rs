@@ -497,13 +497,17 @@ impl Broker for HttpBroker {
         self.json(self.call(Method::POST, &path, Some(body))).await
     }
 
-    async fn seek(&self, group: &str, queue: &str, to: &Seek) -> Result<Json> {
+    async fn seek(&self, group: &str, queue: &str, partition: Option<&str>, to: &Seek) -> Result<Json> {
         let body = match to.parts() {
             (true, _) => serde_json::json!({ "toEnd": true }),
             (false, ts) => serde_json::json!({ "timestamp": ts }),
         }
         .to_string();
-        let path = ["api", "v1", "consumer-groups", group, "queues", queue, "seek"];
+        let queue_path = ["api", "v1", "consumer-groups", group, "queues", queue];
+        let path: Vec<&str> = match partition {
+            None => queue_path.iter().copied().chain(["seek"]).collect(),
+            Some(p) => queue_path.iter().copied().chain(["partitions", p, "seek"]).collect(),
+        };
         self.json(self.call(Method::POST, &path, Some(body))).await
     }
 

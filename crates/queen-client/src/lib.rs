@@ -79,7 +79,7 @@ pub use client::{Pop, Queen, Queue, QueueOptions, Subscription, DEFAULT_STATE_NS
 pub use consume::{ConsumeStats, Consumer, HandlerError, StopSignal};
 pub use ephemeral::{AckOutcome, EphemeralMessage, EphemeralOptions, EphemeralPop, EphemeralQueue};
 pub use error::{Error, Result};
-pub use groups::{ConsumerGroup, GroupDeleted, GroupPartition, Seeked, SubscriptionUpdated};
+pub use groups::{ConsumerGroup, GroupDeleted, GroupPartition, PartitionSeeked, Seeked, SubscriptionUpdated};
 pub use http::{HttpBroker, HttpConfig, RetryPolicy};
 pub use kv::{
     parse_i64, BatchOutcome, Counter, Entry, Expect, Expiry, Incr, KeyEntry, KeyPage, Kv, KvBatch, KvResult,

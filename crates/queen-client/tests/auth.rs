@@ -111,6 +111,11 @@ async fn a_read_token_observes_but_cannot_write() -> anyhow::Result<()> {
     assert_status(reader.queue("guarded").pop().fetch().await, 403, "forbidden");
     assert_status(reader.kv().get("auth", "k").await, 403, "forbidden");
     assert_status(reader.seek("g", "guarded", queen_client::Seek::End).await, 403, "forbidden");
+    assert_status(
+        reader.seek_partition("g", "guarded", "Default", queen_client::Seek::End).await,
+        403,
+        "forbidden",
+    );
     // GET routes are open to it.
     assert!(reader.consumer_groups().await?.is_empty());
     assert_eq!(reader.queue("guarded").dlq(10, 0).await?.messages.len(), 0);

@@ -351,6 +351,59 @@ async fn seek_moves_cursors_to_the_end_and_back<B: Broker>(queen: Queen<B>) {
     assert!(matches!(&bad, Err(e) if e.is_client_error()), "{bad:?}");
 }
 
+async fn seek_partition_moves_one_lane_only<B: Broker>(queen: Queen<B>) {
+    let q = queen.queue("lanes");
+    q.clone().partition("p1").push_batch(&items("a", 3)).await.unwrap();
+    q.clone().partition("p2").push_batch(&items("b", 2)).await.unwrap();
+    let g1 = q.clone().partition("p1").group("g").subscription(Subscription::All);
+    let first = g1.pop().batch(1).fetch().await.unwrap();
+    assert_eq!(first[0].transaction_id, "a-0");
+
+    let s = queen.seek_partition("g", "lanes", "p1", Seek::End).await.unwrap();
+    assert_eq!(s.partition_name, "p1");
+    assert!(s.updated && s.seek_to_end);
+    assert!(s.cursor_moved_to.is_some());
+    let lag = |groups: Vec<ConsumerGroup>, p: &str| {
+        groups[0]
+            .partitions
+            .iter()
+            .find(|x| x.partition == p)
+            .map(|x| (x.offset_lag, x.lease_active))
+            .unwrap()
+    };
+    assert_eq!(lag(queen.consumer_group("g").await.unwrap(), "p1"), (0, false), "p1 skipped, its lease gone");
+    assert_eq!(lag(queen.consumer_group("g").await.unwrap(), "p2"), (2, false), "p2 keeps its backlog");
+    let stale = queen.ack(&first[0]).await.unwrap();
+    assert!(stale.success && stale.noop, "a late ack of a skipped message is a no-op: {stale:?}");
+
+    // Back to before the first message: p1 alone is replayed.
+    let s =
+        queen.seek_partition("g", "lanes", "p1", Seek::After("2000-01-01T00:00:00Z".into())).await.unwrap();
+    assert!(s.updated && !s.seek_to_end);
+    assert!(s.target_timestamp.unwrap().starts_with("2000-01-01"));
+    assert_eq!(s.cursor_moved_to, None, "before the first message");
+    assert_eq!(lag(queen.consumer_group("g").await.unwrap(), "p1"), (3, false));
+    assert_eq!(lag(queen.consumer_group("g").await.unwrap(), "p2"), (2, false));
+
+    // A group without a cursor there moves nothing; an unknown lane is a 404.
+    let none = queen.seek_partition("ghost", "lanes", "p1", Seek::End).await.unwrap();
+    assert!(!none.updated);
+    for (queue, partition) in [("lanes", "nope"), ("nowhere", "p1")] {
+        let missing = queen.seek_partition("g", queue, partition, Seek::End).await;
+        assert!(
+            matches!(&missing, Err(Error::Status { status: 404, code: Some(c), .. }) if c == "not_found"),
+            "{missing:?}"
+        );
+    }
+    let bad = queen.seek_partition("g", "lanes", "p1", Seek::After("not a time".into())).await;
+    assert!(matches!(&bad, Err(e) if e.code() == Some("bad_request")), "{bad:?}");
+    assert_eq!(
+        lag(queen.consumer_group("g").await.unwrap(), "p1"),
+        (3, false),
+        "a refused seek moves nothing"
+    );
+}
+
 async fn update_subscription_sets_where_a_restarted_group_begins<B: Broker>(queen: Queen<B>) {
     let q = queen.queue("feed");
     q.push_batch(&items("a", 2)).await.unwrap();
@@ -422,6 +475,7 @@ both!(
     batch_required_loss_writes_nothing,
     consumer_groups_list_detail_and_lag,
     seek_moves_cursors_to_the_end_and_back,
+    seek_partition_moves_one_lane_only,
     update_subscription_sets_where_a_restarted_group_begins,
     delete_consumer_group_keeps_or_drops_the_registration,
 );

@@ -761,16 +761,22 @@ impl Engine {
         self.call_json("SELECT queen.update_subscription($1, $2)::text", &[&group, &timestamp]).await
     }
 
-    /// Moves a group's cursors on a queue to the end or to a timestamp.
+    /// Moves a group's cursors on a queue, or on one `partition` of it, to
+    /// the end or to a timestamp. One SQL function serves both routes so
+    /// their rules cannot drift; a named partition the queue lacks is a 404.
     pub async fn seek(
         &self,
         group: &str,
         queue: &str,
+        partition: Option<&str>,
         to_end: bool,
         timestamp: Option<&str>,
     ) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.seek($1, $2, $3, $4)::text", &[&group, &queue, &to_end, &timestamp])
-            .await
+        self.call_json(
+            "SELECT queen.seek($1, $2, $3, $4, $5)::text",
+            &[&group, &queue, &to_end, &timestamp, &partition],
+        )
+        .await
     }
 
     /// Wakes every long poll (they answer empty) and stops the listener.

@@ -696,6 +696,13 @@ mod tests {
             Role::Admin
         );
         assert_eq!(required_role(&Method::DELETE, Some("/api/v1/kv/{ns}/{*key}")), Role::ReadWrite);
+        // Both seeks move cursors: read-write, as Queen's.
+        for seek in [
+            "/api/v1/consumer-groups/{group}/queues/{queue}/seek",
+            "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek",
+        ] {
+            assert_eq!(required_role(&Method::POST, Some(seek)), Role::ReadWrite, "{seek}");
+        }
         assert_eq!(required_role(&Method::GET, Some("/api/v1/pop/queue/{queue}")), Role::ReadWrite);
         assert!(is_open(&Method::GET, Some("/health")));
         assert!(!is_open(&Method::POST, Some("/health")));

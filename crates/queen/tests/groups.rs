@@ -298,6 +298,147 @@ async fn seek_to_a_timestamp_replays_what_came_after_it() {
     assert!(body["error"].as_str().unwrap().contains("timestamp"), "{body}");
 }
 
+/// The group's cursors as text (group:partition:next_seq:leased), to show a
+/// refused seek changed nothing.
+async fn cursor_state(b: &TestBroker) -> String {
+    let row = b
+        .sql()
+        .await
+        .query_one(
+            "SELECT coalesce(string_agg(c.consumer_group || ':' || p.name || ':' || c.next_seq || ':'
+                                        || (c.lease_id IS NOT NULL), ',' ORDER BY p.name, c.consumer_group), '')
+               FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id",
+            &[],
+        )
+        .await
+        .unwrap();
+    row.get(0)
+}
+
+/// Whether `group` holds a lease on `partition`.
+async fn leased(b: &TestBroker, group: &str, partition: &str) -> bool {
+    let q = format!(
+        "SELECT count(*) FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
+          WHERE c.consumer_group = '{group}' AND p.name = '{partition}' AND c.lease_id IS NOT NULL"
+    );
+    b.scalar(&q).await == 1
+}
+
+fn sorted(mut v: Vec<String>) -> Vec<String> {
+    v.sort();
+    v
+}
+
+/// Issue 36 item 6: the queue-level seek on one partition. Its lease goes
+/// (a late ack there is a no-op), the other partitions keep their backlog
+/// and their leases.
+#[tokio::test]
+async fn partition_seek_to_end_skips_only_that_partitions_backlog() {
+    let b = TestBroker::start().await;
+    let pushed = b.push_txids("pseek", "p1", &txids("a", 3)).await;
+    b.push_txids("pseek", "p2", &txids("b", 2)).await;
+    let on_p1 = b.pop_partition("pseek", "p1", "batch=1&subscriptionMode=all&consumerGroup=g").await.1;
+    let on_p2 = b.pop_partition("pseek", "p2", "batch=1&subscriptionMode=all&consumerGroup=g").await.1;
+    assert_eq!((tx_ids(&on_p1), tx_ids(&on_p2)), (vec!["a-0".to_owned()], vec!["b-0".to_owned()]));
+    assert!(leased(&b, "g", "p1").await && leased(&b, "g", "p2").await);
+
+    let (status, body) =
+        b.post("/api/v1/consumer-groups/g/queues/pseek/partitions/p1/seek", &json!({"toEnd": true})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["success"], true);
+    assert_eq!(body["consumerGroup"], "g");
+    assert_eq!(body["queueName"], "pseek");
+    assert_eq!(body["partitionName"], "p1");
+    assert_eq!(body["updated"], true);
+    assert_eq!(body["seekToEnd"], true);
+    assert_eq!(body["partitionsUpdated"], 1);
+    let last_of_p1 = pushed.as_array().unwrap().last().unwrap()["message_id"].clone();
+    assert_eq!(body["cursorMovedTo"], last_of_p1, "{body} vs {pushed}");
+
+    assert!(!leased(&b, "g", "p1").await, "the seek cleared p1's lease");
+    assert!(leased(&b, "g", "p2").await, "p2's lease is untouched");
+    let late = b.ack(&on_p1["messages"][0], "completed", Some("g")).await;
+    assert_eq!((late["success"].clone(), late["noop"].clone()), (json!(true), json!(true)), "{late}");
+    let live = b.ack(&on_p2["messages"][0], "completed", Some("g")).await;
+    assert_eq!(live["success"], true, "{live}");
+    assert_ne!(live["noop"], true, "{live}");
+
+    b.push("pseek", "p1", &[("after", json!(1))]).await;
+    assert_eq!(sorted(drain(&b, "pseek", "g", "").await), ["after", "b-1"]);
+}
+
+#[tokio::test]
+async fn partition_seek_to_a_timestamp_replays_only_that_partition() {
+    let b = TestBroker::start().await;
+    for tx in ["a", "b", "c"] {
+        b.push("preplay", "p1", &[(tx, json!(tx))]).await;
+    }
+    b.push_txids("preplay", "p2", &txids("x", 2)).await;
+    let p1 = b.pop_partition("preplay", "p1", "batch=10&subscriptionMode=all&consumerGroup=g").await.1;
+    let at_a = p1["messages"][0]["createdAt"].as_str().unwrap().to_owned();
+    let id_of_a = p1["messages"][0]["id"].clone();
+    b.ack(&p1["messages"][2], "completed", Some("g")).await;
+    assert_eq!(drain(&b, "preplay", "g", "").await, ["x-0", "x-1"]);
+    b.pop_none("preplay", "batch=10&partitions=10&consumerGroup=g").await;
+
+    let (status, body) = b
+        .post("/api/v1/consumer-groups/g/queues/preplay/partitions/p1/seek", &json!({"timestamp": at_a}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["updated"], true);
+    assert_eq!(body["seekToEnd"], false);
+    assert!(body["targetTimestamp"].is_string(), "{body}");
+    assert_eq!(body["cursorMovedTo"], id_of_a, "the cursor is just past a");
+    assert_eq!(drain(&b, "preplay", "g", "").await, ["b", "c"], "p2 is not replayed");
+}
+
+/// Bad bodies are 400 with a code and move nothing; an unknown queue or
+/// partition is Queen's "Partition not found" (404 here, not Queen's 500,
+/// which clients would retry); a group with no cursor there moves nothing;
+/// no body at all is Queen's seek to the end.
+#[tokio::test]
+async fn partition_seek_refuses_bad_bodies_and_unknown_partitions() {
+    let b = TestBroker::start().await;
+    b.push_txids("prefuse", "p1", &txids("a", 2)).await;
+    let popped = b.pop_partition("prefuse", "p1", "batch=1&subscriptionMode=all&consumerGroup=g").await.1;
+    let before = cursor_state(&b).await;
+    let route = "/api/v1/consumer-groups/g/queues/prefuse/partitions/p1/seek";
+    for (body, field) in [
+        ("{}", "toEnd"),
+        (r#"{"toEnd": false}"#, "toEnd"),
+        (r#"{"timestamp": "soon"}"#, "timestamp"),
+        (r#"{"toEnd": "yes"}"#, "body"),
+        ("[true]", "body"),
+        ("{", "body"),
+    ] {
+        let (status, answer) = b.api().post_raw(route, body).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["code"], "bad_request", "{body}: {answer}");
+        assert!(answer["error"].as_str().unwrap().contains(field), "{body}: {answer}");
+    }
+    for path in [
+        "/api/v1/consumer-groups/g/queues/prefuse/partitions/nope/seek",
+        "/api/v1/consumer-groups/g/queues/ghost/partitions/p1/seek",
+    ] {
+        let (status, answer) = b.post(path, &json!({"toEnd": true})).await;
+        assert_eq!(status, 404, "{path}: {answer}");
+        assert_eq!(answer["error"], "Partition not found", "{answer}");
+    }
+    let (status, answer) = b
+        .post("/api/v1/consumer-groups/stranger/queues/prefuse/partitions/p1/seek", &json!({"toEnd": true}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!((answer["updated"].clone(), answer["cursorMovedTo"].clone()), (json!(false), Value::Null));
+    assert_eq!(cursor_state(&b).await, before, "nothing moved");
+    let ack = b.ack(&popped["messages"][0], "completed", Some("g")).await;
+    assert_ne!(ack["noop"], true, "the lease survived the refusals: {ack}");
+
+    let (status, answer) = b.post_empty(route).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!((answer["seekToEnd"].clone(), answer["updated"].clone()), (json!(true), json!(true)));
+    b.pop_none("prefuse", "batch=10&consumerGroup=g").await;
+}
+
 #[tokio::test]
 async fn subscription_update_sets_where_a_reset_group_starts() {
     let b = TestBroker::start().await;

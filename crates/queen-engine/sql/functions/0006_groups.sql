@@ -215,14 +215,20 @@ BEGIN
     'newTimestamp', queen.iso(v_ts), 'rowsUpdated', v_rows);
 END $$;
 
--- POST /api/v1/consumer-groups/:group/queues/:queue/seek. Moves the cursors
--- the group already has on the queue and clears their leases.
-CREATE OR REPLACE FUNCTION queen.seek(p_group text, p_queue text, p_to_end boolean, p_timestamp text)
+-- POST /api/v1/consumer-groups/:group/queues/:queue/seek, and with
+-- p_partition .../partitions/:partition/seek: one rule for both. Moves the
+-- cursors the group already has on the queue (or on that one partition) and
+-- clears their leases, so a late ack of a skipped batch is a no-op.
+DROP FUNCTION IF EXISTS queen.seek(text, text, boolean, text);
+CREATE OR REPLACE FUNCTION queen.seek(p_group text, p_queue text, p_to_end boolean, p_timestamp text,
+                                      p_partition text DEFAULT NULL)
 RETURNS json
 LANGUAGE plpgsql AS $$
 DECLARE
   v_ts timestamptz;
   v_rows bigint;
+  v_partition uuid;
+  v_next bigint;
 BEGIN
   IF NOT coalesce(p_to_end, false) AND (p_timestamp IS NULL OR p_timestamp = '') THEN
     PERFORM queen.bad_request('toEnd', 'or timestamp is required: Must specify either ''toEnd'': true or ''timestamp''');
@@ -234,6 +240,15 @@ BEGIN
       PERFORM queen.bad_request('timestamp', 'must be an ISO 8601 timestamp');
     END;
   END IF;
+  -- Queen answers an unknown queue or partition "Partition not found".
+  IF p_partition IS NOT NULL THEN
+    SELECT p.id INTO v_partition
+      FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+     WHERE q.name = p_queue AND p.name = p_partition;
+    IF v_partition IS NULL THEN
+      PERFORM queen.not_found('Partition');
+    END IF;
+  END IF;
   WITH moved AS (
     UPDATE queen.cursors c SET
            next_seq = CASE WHEN p_to_end THEN p.next_seq
@@ -242,9 +257,19 @@ BEGIN
            lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0, retry_at = NULL
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE c.partition_id = p.id AND c.consumer_group = p_group AND q.name = p_queue
-    RETURNING 1
+       AND (v_partition IS NULL OR p.id = v_partition)
+    RETURNING c.next_seq
   )
-  SELECT count(*) INTO v_rows FROM moved;
+  SELECT count(*), max(next_seq) INTO v_rows, v_next FROM moved;
+  IF v_partition IS NULL THEN
+    RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
+      'seekToEnd', coalesce(p_to_end, false), 'targetTimestamp', queen.iso(v_ts), 'partitionsUpdated', v_rows);
+  END IF;
+  -- Queen's shape, plus the queue-level fields. cursorMovedTo: the id of the
+  -- last message the group is now past (null when none stored precedes it).
   RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
+    'partitionName', p_partition, 'updated', v_rows > 0,
+    'cursorMovedTo', (SELECT m.id FROM queen.messages m
+                       WHERE m.partition_id = v_partition AND m.seq = v_next - 1),
     'seekToEnd', coalesce(p_to_end, false), 'targetTimestamp', queen.iso(v_ts), 'partitionsUpdated', v_rows);
 END $$;

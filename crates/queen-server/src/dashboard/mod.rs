@@ -1243,7 +1243,7 @@ async fn seek(State(app): State<Arc<AppState>>, headers: HeaderMap, Form(form): 
     }
     let (group, queue) = (form.group.unwrap_or_default(), form.queue.unwrap_or_default());
     let to = Paging::filter(&form.to);
-    match app.engine.seek(&group, &queue, to.is_none(), to).await {
+    match app.engine.seek(&group, &queue, None, to.is_none(), to).await {
         Ok(_) => see_other("/dashboard/groups"),
         Err(e) => failure(e),
     }

@@ -309,6 +309,15 @@ struct SeekBody {
     timestamp: Option<String>,
 }
 
+/// The seek body, read once for both seek routes; `empty` is what a request
+/// without a body means (the routes differ there, as Queen's do).
+fn seek_body(body: &Body, empty: &'static str) -> Result<SeekBody, ApiError> {
+    let blank = matches!(body, Ok(b) if b.iter().all(u8::is_ascii_whitespace));
+    let text = if blank { empty } else { object_body(body)? };
+    serde_json::from_str(text)
+        .map_err(|_| ApiError::bad("body", "must be {\"toEnd\": true} or {\"timestamp\": ISO}"))
+}
+
 #[utoipa::path(post, path = "/api/v1/consumer-groups/{group}/queues/{queue}/seek", tag = "groups", params(("group" = String, Path), ("queue" = String, Path)), request_body = SeekRequest, responses((status = 200, description = "The cursors moved", body = Object), (status = 404, description = "No such queue", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn seek(
     State(app): State<Arc<AppState>>,
@@ -316,11 +325,25 @@ pub(crate) async fn seek(
     body: Body,
 ) -> Answer {
     // The official client sends no body for `{}`.
-    let empty = matches!(&body, Ok(b) if b.iter().all(u8::is_ascii_whitespace));
-    let text = if empty { "{}" } else { object_body(&body)? };
-    let parsed: SeekBody = serde_json::from_str(text)
-        .map_err(|_| ApiError::bad("body", "must be {\"toEnd\": true} or {\"timestamp\": ISO}"))?;
-    let result =
-        app.engine.seek(&group, &queue, parsed.to_end.unwrap_or(false), parsed.timestamp.as_deref()).await?;
+    let parsed = seek_body(&body, "{}")?;
+    let result = app
+        .engine
+        .seek(&group, &queue, None, parsed.to_end.unwrap_or(false), parsed.timestamp.as_deref())
+        .await?;
+    Ok(ok(result))
+}
+
+#[utoipa::path(post, path = "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", tag = "groups", params(("group" = String, Path), ("queue" = String, Path), ("partition" = String, Path)), request_body(content = SeekRequest, description = "As the queue-level seek; no body at all seeks to the end, as Queen's route does"), responses((status = 200, description = "The group's cursor on the partition moved (`updated: false` when the group has none there): {success, consumerGroup, queueName, partitionName, updated, cursorMovedTo, seekToEnd, targetTimestamp, partitionsUpdated}", body = Object), (status = 404, description = "No such queue or partition (`Partition not found`)", body = ErrorBody), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn seek_partition(
+    State(app): State<Arc<AppState>>,
+    Path((group, queue, partition)): Path<(String, String, String)>,
+    body: Body,
+) -> Answer {
+    // Queen's route takes no body and seeks to the end.
+    let parsed = seek_body(&body, r#"{"toEnd": true}"#)?;
+    let result = app
+        .engine
+        .seek(&group, &queue, Some(&partition), parsed.to_end.unwrap_or(false), parsed.timestamp.as_deref())
+        .await?;
     Ok(ok(result))
 }

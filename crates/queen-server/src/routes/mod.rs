@@ -67,6 +67,7 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(broker::update_subscription))
         .routes(routes!(broker::delete_group_queue))
         .routes(routes!(broker::seek))
+        .routes(routes!(broker::seek_partition))
         .routes(routes!(kv::batch))
         .routes(routes!(kv::get_key, kv::put_key, kv::delete_key))
         .routes(routes!(kv::namespaces))
