@@ -348,14 +348,24 @@ where
     Fut: Future<Output = Result<A, EngineError>>,
 {
     match outcome {
-        Ok(answers) if answers.len() == batch.len() => {
-            for (w, a) in batch.into_iter().zip(answers) {
-                w.answer(a);
+        // The statement committed: every member with an answer hears its
+        // own. Answers are positional (each statement builds one per input,
+        // in input order), so a committed write is never answered as a
+        // failure; a member a faulty statement left without one hears a
+        // protocol error alone.
+        Ok(answers) => {
+            if answers.len() != batch.len() {
+                tracing::error!(
+                    members = batch.len(),
+                    answers = answers.len(),
+                    "a batch statement answered another number of results than it had members"
+                );
             }
-        }
-        Ok(_) => {
+            let mut answers = answers.into_iter();
             for w in batch {
-                w.answer(Err(EngineError::Protocol("a batch answered another number of results".into())));
+                w.answer(answers.next().unwrap_or_else(|| {
+                    Err(EngineError::Protocol("the batch statement gave this member no answer".into()))
+                }));
             }
         }
         Err(EngineError::Unavailable(m)) => {
@@ -953,6 +963,25 @@ mod tests {
             },
         );
         (batcher, seen, release, started)
+    }
+
+    /// A committed batch whose statement answered too few results: the
+    /// members with an answer hear theirs; only the one without hears an
+    /// error (never every member, as if nothing had committed).
+    #[tokio::test]
+    async fn a_short_answer_fails_only_the_members_left_without_one() {
+        let (mut replies, mut batch) = (Vec::new(), Vec::new());
+        for n in 0..3u32 {
+            let (reply, rx) = oneshot::channel();
+            batch.push(Waiting { request: n, reply });
+            replies.push(rx);
+        }
+        let alone = |_: u32| async { Err::<u32, EngineError>(EngineError::Protocol("never run alone".into())) };
+        let answered = answer_members(batch, Ok(vec![Ok(10), Ok(11)]), alone).await;
+        assert_eq!(answered, Answered::Together);
+        assert_eq!(replies.remove(0).await.unwrap().unwrap(), 10);
+        assert_eq!(replies.remove(0).await.unwrap().unwrap(), 11);
+        assert!(matches!(replies.remove(0).await.unwrap(), Err(EngineError::Protocol(_))));
     }
 
     /// A caller of its own, as a concurrent client would be.
