@@ -976,7 +976,8 @@ mod tests {
             batch.push(Waiting { request: n, reply });
             replies.push(rx);
         }
-        let alone = |_: u32| async { Err::<u32, EngineError>(EngineError::Protocol("never run alone".into())) };
+        let alone =
+            |_: u32| async { Err::<u32, EngineError>(EngineError::Protocol("never run alone".into())) };
         let answered = answer_members(batch, Ok(vec![Ok(10), Ok(11)]), alone).await;
         assert_eq!(answered, Answered::Together);
         assert_eq!(replies.remove(0).await.unwrap().unwrap(), 10);

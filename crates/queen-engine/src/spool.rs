@@ -13,9 +13,10 @@
 //! **Exactly once.** Every spooled item has a transaction id (the engine
 //! draws one for items that came without), and a drained record is pushed
 //! with those ids, so the push's dedup refuses what already committed.
-//! After each drained record its segment's `.done` file records the offset
-//! reached (fsynced); a SIGKILL in between replays at most that record,
-//! which dedup answers `duplicate`. A segment fully drained is deleted.
+//! Records drain in groups (one push, one commit each); after each group
+//! its segment's `.done` file records the offset reached (fsynced); a
+//! SIGKILL in between replays at most that group, which dedup answers
+//! `duplicate`. A segment fully drained is deleted.
 //!
 //! **Order.** While this broker's spool holds records, its new pushes are
 //! spooled too, behind them, so a partition's messages keep the order in
@@ -51,6 +52,8 @@ pub struct SpoolOptions {
     /// Past this many bytes of spooled records, a push is answered 503 as
     /// without a spool.
     pub max_bytes: u64,
+    /// Items one drained push carries at most (whole records, at least one).
+    pub drain_items: usize,
 }
 
 /// Why the spool could not take a push.
@@ -117,6 +120,7 @@ pub(crate) struct Spool {
     dir: PathBuf,
     broker: String,
     max_bytes: u64,
+    drain_items: usize,
     _lock: File,
     writer: Mutex<Writer>,
     counts: Mutex<Counts>,
@@ -226,6 +230,7 @@ impl Spool {
             dir,
             broker: broker.to_owned(),
             max_bytes: options.max_bytes,
+            drain_items: options.drain_items.max(1),
             _lock: lock,
             writer: Mutex::new(Writer { file: None, seq: 0 }),
             counts: Mutex::new(Counts::default()),
@@ -535,12 +540,16 @@ impl Engine {
             }
         };
         let mut at = done;
-        for (record, end) in records {
-            let n = record.items.len() as u64;
-            let items: Vec<PushItem> = record
-                .items
-                .into_iter()
-                .map(|it| PushItem {
+        let mut records = records.into_iter().peekable();
+        while records.peek().is_some() {
+            // Records drain in groups of up to `drain_items` items, one push
+            // (one commit) each, in arrival order: a broker back from an
+            // outage catches up faster than pushes arrive.
+            let (mut items, mut count, mut end) = (Vec::new(), 0u64, at);
+            while let Some((record, record_end)) =
+                records.next_if(|(r, _)| items.is_empty() || items.len() + r.items.len() <= spool.drain_items)
+            {
+                items.extend(record.items.into_iter().map(|it| PushItem {
                     queue: it.queue,
                     partition: it.partition,
                     transaction_id: Some(it.transaction_id),
@@ -548,8 +557,11 @@ impl Engine {
                     payload: it.payload,
                     producer_sub: it.producer_sub,
                     drawn_id: None,
-                })
-                .collect();
+                }));
+                count += 1;
+                end = record_end;
+            }
+            let n = items.len() as u64;
             match self.push_now(&items).await {
                 Ok(_) => spool.db_healthy.store(true, Ordering::Relaxed),
                 Err(EngineError::Unavailable(e) | EngineError::Paused(e) | EngineError::Conflict(e)) => {
@@ -562,8 +574,8 @@ impl Engine {
                     // refusal now (a queue deleted and recreated encrypted
                     // without a key, say) would refuse forever. Count it
                     // and go on rather than block the spool behind it.
-                    tracing::error!(segment, offset = at, error = %e, "a spooled push was refused; skipping it");
-                    spool.counts().failed += 1;
+                    tracing::error!(segment, offset = at, error = %e, "spooled pushes were refused; skipping them");
+                    spool.counts().failed += count;
                 }
             }
             if let Err(e) = write_offset(&done_path, end) {
@@ -571,7 +583,7 @@ impl Engine {
                 return Drained::NotNow;
             }
             let mut c = spool.counts();
-            c.records = c.records.saturating_sub(1);
+            c.records = c.records.saturating_sub(count);
             c.items = c.items.saturating_sub(n);
             c.bytes = c.bytes.saturating_sub(end - at);
             c.drained_items += n;
@@ -622,7 +634,9 @@ mod tests {
     #[test]
     fn frames_round_trip_and_a_torn_or_damaged_tail_ends_the_read_without_losing_what_came_before() {
         let dir = temp_dir("frames");
-        let spool = Spool::open(&SpoolOptions { dir: dir.clone(), max_bytes: 1 << 20 }, "db", "b1").unwrap();
+        let spool =
+            Spool::open(&SpoolOptions { dir: dir.clone(), max_bytes: 1 << 20, drain_items: 500 }, "db", "b1")
+                .unwrap();
         spool.append(&record(2)).unwrap();
         spool.append(&record(3)).unwrap();
         let seg = dir.join("db").join(segment_name("b1", 0));
@@ -655,7 +669,9 @@ mod tests {
     #[test]
     fn the_spool_is_bounded_in_bytes_and_a_live_brokers_spool_is_never_adopted() {
         let dir = temp_dir("bound");
-        let spool = Spool::open(&SpoolOptions { dir: dir.clone(), max_bytes: 300 }, "db", "b1").unwrap();
+        let spool =
+            Spool::open(&SpoolOptions { dir: dir.clone(), max_bytes: 300, drain_items: 500 }, "db", "b1")
+                .unwrap();
         spool.append(&record(1)).unwrap();
         let mut refused = false;
         for _ in 0..10 {
@@ -667,7 +683,9 @@ mod tests {
         assert!(refused, "the bound holds");
         assert!(spool.counts().bytes <= 300);
         // A second broker on the same directory sees b1 alive: no adoption.
-        let other = Spool::open(&SpoolOptions { dir: dir.clone(), max_bytes: 300 }, "db", "b2").unwrap();
+        let other =
+            Spool::open(&SpoolOptions { dir: dir.clone(), max_bytes: 300, drain_items: 500 }, "db", "b2")
+                .unwrap();
         assert!(!other.holds_records());
         // Once b1 is gone (its lock released), b2 adopts its records.
         let pending = spool.counts().records;

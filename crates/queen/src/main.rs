@@ -178,6 +178,9 @@ struct ServeArgs {
     /// Bytes the spool may hold; past them a push is answered 503 with Retry-After.
     #[arg(long, env = "QUEEN_SPOOL_MAX_BYTES", default_value_t = 1 << 30)]
     spool_max_bytes: u64,
+    /// Items one push of the spool's drainer carries at most (whole records, so at least one).
+    #[arg(long, env = "QUEEN_SPOOL_DRAIN_ITEMS", default_value_t = 500)]
+    spool_drain_items: usize,
     /// Where a consumer group starts when its first pop names no subscriptionMode or
     /// subscriptionFrom: `new` (Queen 1.6's default: only messages pushed after that pop) or
     /// `all` (from the oldest message still in the queue; an empty value means `all`).
@@ -447,7 +450,11 @@ fn spool_options(args: &ServeArgs) -> anyhow::Result<Option<queen_engine::SpoolO
             .context("no directory for the push spool; set FILE_BUFFER_DIR or QUEEN_SPOOL=false")?
             .join("buffers"),
     };
-    Ok(Some(queen_engine::SpoolOptions { dir, max_bytes: args.spool_max_bytes }))
+    Ok(Some(queen_engine::SpoolOptions {
+        dir,
+        max_bytes: args.spool_max_bytes,
+        drain_items: args.spool_drain_items,
+    }))
 }
 
 async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow::Result<()> {

@@ -190,7 +190,9 @@ async fn a_sigkill_while_spooling_and_while_draining_loses_and_duplicates_nothin
     // The database back, a new broker adopts the spool of the killed one
     // and drains it; a SIGKILL once the drain has begun.
     pg.pg_ctl_start();
-    let broker = BrokerProcess::spawn_with(&spec(&pg, &spool, port)).await;
+    // One record per drained push: a drain slow enough to be killed in.
+    let broker =
+        BrokerProcess::spawn_with(&spec(&pg, &spool, port).env("QUEEN_SPOOL_DRAIN_ITEMS", "1")).await;
     let b = buffers(&broker.api).await;
     let spooled = b["pending"].as_u64().unwrap() + b["drained"].as_u64().unwrap();
     assert!(spooled >= n as u64, "{b} < {n}: the adopted spool holds every acknowledged push");
@@ -302,7 +304,7 @@ async fn a_full_spool_answers_503_with_retry_after_and_keeps_what_it_acknowledge
 async fn push_maintenance_spools_pushes_and_drains_them_when_it_ends() {
     let dir = std::env::temp_dir().join(format!("queen-spool-maint-{}", uuid::Uuid::new_v4().simple()));
     let options = queen_engine::EngineOptions {
-        spool: Some(queen_engine::SpoolOptions { dir: dir.clone(), max_bytes: 1 << 20 }),
+        spool: Some(queen_engine::SpoolOptions { dir: dir.clone(), max_bytes: 1 << 20, drain_items: 500 }),
         ..queen_engine::EngineOptions::default()
     };
     let b = TestBroker::start_with_options(options).await;
