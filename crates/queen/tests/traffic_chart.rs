@@ -28,7 +28,7 @@ async fn the_overview_charts_the_last_hour_summed_over_every_broker() {
     // that delivers, its message acked.
     a.push("tq", "Default", &[("a1", json!(1)), ("a2", json!(2)), ("a3", json!(3))]).await;
     a.push("tq", "p2", &[("a4", json!(4)), ("a5", json!(5))]).await;
-    let first = a.pop_some("tq", "batch=1&consumerGroup=g").await;
+    let first = a.pop_some("tq", "batch=1&subscriptionMode=all&consumerGroup=g").await;
     a.ack(&first["messages"][0], "completed", Some("g")).await;
     // Through B: three pushed, one pop delivering all three, three acks;
     // a pop that finds nothing is not counted.
