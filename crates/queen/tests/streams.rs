@@ -311,3 +311,44 @@ async fn racing_copies_of_one_partial_ack_apply_once() {
         b.scalar(&format!("SELECT next_seq FROM queen.cursors WHERE consumer_group = '{GROUP}'")).await;
     assert_eq!(cursor, 2, "the cursor moved past the two acked messages only");
 }
+
+/// A failed cycle is a nack of its batch: retries counted, and after
+/// `retryLimit` of them the batch's first message is dead-lettered (as a
+/// message's failed ack is) and the rest comes back.
+#[tokio::test]
+async fn a_failed_cycle_dead_letters_after_the_retry_limit() {
+    let b = TestBroker::start().await;
+    let qid = query(&b).await;
+    b.configure_ok("src", json!({"retryLimit": 2})).await;
+    let mut pop = leased_batch(&b, 2).await;
+    let failed = |pop: &Value| {
+        json!({"query_id": qid, "partition_id": pop["partitionId"], "consumer_group": GROUP,
+               "state_ops": [], "push_items": [],
+               "ack": {"leaseId": pop["leaseId"], "status": "failed", "count": 2}, "release_lease": true})
+    };
+    for attempt in 0..2 {
+        let (_, body) = b.post("/streams/v1/cycle", &failed(&pop)).await;
+        assert_eq!(body["success"], true, "{body}");
+        assert_eq!(body["ack_result"]["dlq"], false, "retry {attempt}: {body}");
+        pop = b.pop_some("src", &format!("batch=100&consumerGroup={GROUP}")).await;
+        assert_eq!(tx_ids(&pop), ["s0", "s1"], "redelivered whole");
+    }
+    let (_, body) = b.post("/streams/v1/cycle", &failed(&pop)).await;
+    assert_eq!(
+        (body["success"].clone(), body["ack_result"]["dlq"].clone()),
+        (json!(true), json!(true)),
+        "{body}"
+    );
+    let dlq = b.dlq("src").await;
+    let dead = dlq["messages"].as_array().unwrap();
+    assert_eq!(dead.len(), 1, "{dlq}");
+    assert_eq!(dead[0]["transactionId"], "s0", "{dlq}");
+    assert_eq!(dead[0]["consumerGroup"], GROUP, "{dlq}");
+    // The rest of the batch comes back, its retries counted afresh.
+    let rest = b.pop_some("src", &format!("batch=100&consumerGroup={GROUP}")).await;
+    assert_eq!(tx_ids(&rest), ["s1"]);
+    let retries = b
+        .scalar(&format!("SELECT retry_count::bigint FROM queen.cursors WHERE consumer_group = '{GROUP}'"))
+        .await;
+    assert_eq!(retries, 0);
+}

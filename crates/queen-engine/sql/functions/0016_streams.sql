@@ -109,6 +109,11 @@ DECLARE
   v_next bigint;
   v_released boolean := false;
   v_gone integer := 0;
+  qo record;
+  v_dead bigint;
+  v_dlq boolean := false;
+  v_exhausted boolean := false;
+  v_retry_delay integer := 0;
 BEGIN
   PERFORM 1 FROM queen.stream_queries WHERE id = p_query FOR KEY SHARE;
   IF NOT FOUND THEN
@@ -156,7 +161,7 @@ BEGIN
   END IF;
 
   IF a_present THEN
-    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end INTO cur
+    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end, c.retry_count INTO cur
       FROM queen.cursors c
      WHERE c.partition_id = p_partition AND c.consumer_group = p_group
        FOR UPDATE;
@@ -164,8 +169,34 @@ BEGIN
       PERFORM queen.stream_refuse('invalid or expired lease');
     END IF;
     IF a_status <> 'completed' THEN
+      -- A failed cycle is a nack of its batch, as ack_rows judges one: a
+      -- retry counted, and past retryLimit the batch's first message goes
+      -- to the dead letters (when the queue keeps them) and is skipped.
+      SELECT q.id, q.retry_limit, q.retry_delay, q.dead_letter_queue, q.dlq_after_max_retries
+        INTO qo
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+       WHERE p.id = p_partition;
+      v_retry_delay := qo.retry_delay;
       v_next := cur.next_seq;
       v_released := true;
+      IF cur.retry_count >= qo.retry_limit THEN
+        IF qo.dead_letter_queue AND qo.dlq_after_max_retries THEN
+          INSERT INTO queen.dead_letters (queue_id, partition_id, consumer_group, seq, message_id,
+                 transaction_id, trace_id, payload, error_message, retry_count, created_at, producer_sub)
+          SELECT qo.id, m.partition_id, p_group, m.seq, m.id, m.transaction_id, m.trace_id, m.payload,
+                 'Retries exhausted', cur.retry_count, m.created_at, m.producer_sub
+            FROM queen.messages m
+           WHERE m.partition_id = p_partition AND m.seq >= cur.next_seq AND m.seq < cur.batch_end
+           ORDER BY m.seq LIMIT 1
+          RETURNING seq INTO v_dead;
+          v_dlq := v_dead IS NOT NULL;
+        END IF;
+        -- Past the first message still in the batch (a retention hole is skipped with it).
+        v_next := coalesce(v_dead, (SELECT min(m.seq) FROM queen.messages m
+                                     WHERE m.partition_id = p_partition AND m.seq >= cur.next_seq
+                                       AND m.seq < cur.batch_end), cur.next_seq) + 1;
+        v_exhausted := true;
+      END IF;
     ELSIF p_release THEN
       v_next := cur.batch_end;
     ELSE
@@ -195,8 +226,11 @@ BEGIN
            lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
            lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
            batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END,
-           retry_count = CASE WHEN a_status <> 'completed' THEN retry_count + 1
-                              WHEN v_released THEN 0 ELSE retry_count END
+           retry_count = CASE WHEN v_exhausted THEN 0
+                              WHEN a_status <> 'completed' THEN retry_count + 1
+                              WHEN v_released THEN 0 ELSE retry_count END,
+           retry_at = CASE WHEN a_status <> 'completed' AND NOT v_exhausted AND v_retry_delay > 0
+                           THEN now() + make_interval(secs => v_retry_delay / 1000.0) ELSE retry_at END
      WHERE partition_id = p_partition AND consumer_group = p_group;
   END IF;
 
@@ -225,5 +259,5 @@ BEGIN
     'state_ops_applied', coalesce(array_length(u_keys, 1), 0) + coalesce(array_length(d_keys, 1), 0),
     'push_results', v_push,
     'ack_result', CASE WHEN a_present THEN json_build_object('success', true, 'count', a_count,
-                    'lease_released', v_released, 'dlq', false) END);
+                    'lease_released', v_released, 'dlq', v_dlq) END);
 END $$;
