@@ -691,6 +691,7 @@ mod tests {
         assert_eq!(required_role(&Method::GET, Some("/api/v1/system/maintenance")), Role::Admin);
         assert_eq!(required_role(&Method::DELETE, Some("/api/v1/resources/queues/{queue}")), Role::Admin);
         assert_eq!(required_role(&Method::DELETE, Some("/api/v1/consumer-groups/{group}")), Role::Admin);
+        assert_eq!(required_role(&Method::DELETE, Some("/api/v1/consumer-groups/lagging")), Role::Admin);
         assert_eq!(
             required_role(&Method::DELETE, Some("/api/v1/consumer-groups/{group}/queues/{queue}")),
             Role::Admin

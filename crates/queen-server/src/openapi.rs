@@ -476,6 +476,15 @@ pub(crate) struct DeleteGroupParams {
     deleteMetadata: Option<bool>,
 }
 
+/// Query of `GET /api/v1/consumer-groups`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub(crate) struct GroupsParams {
+    /// Only this group (any name, `lagging` too: its path is a route of its own).
+    group: Option<String>,
+}
+
 /// Query of `GET /api/v1/consumer-groups/lagging`.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Query)]

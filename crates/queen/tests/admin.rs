@@ -514,6 +514,40 @@ async fn consumer_groups_list_detail_and_lagging() {
     assert_eq!(code, 400, "{body}");
 }
 
+/// A group named `lagging`: Queen's `GET /consumer-groups/lagging` keeps
+/// its meaning, `?group=lagging` reads the group, and DELETE (which Queen
+/// does not route for `lagging`) deletes it instead of answering 405.
+#[tokio::test]
+async fn a_group_named_lagging_is_read_and_deleted_by_paths_that_do_not_clash() {
+    let b = TestBroker::start().await;
+    b.push("lq", "Default", &[("a", json!(1)), ("b", json!(2))]).await;
+    b.pop_some("lq", "batch=1&autoAck=true&subscriptionMode=all&consumerGroup=lagging").await;
+    b.pop_some("lq", "batch=1&autoAck=true&subscriptionMode=all&consumerGroup=other").await;
+
+    let lagging = get_ok(&b, "/api/v1/consumer-groups/lagging?minLagSeconds=0").await;
+    assert!(group_entry(&lagging, "other", "lq").is_some(), "still the lagging list: {lagging}");
+    let named = get_ok(&b, "/api/v1/consumer-groups?group=lagging").await;
+    let rows = named.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{named}");
+    assert_eq!(
+        (rows[0]["name"].clone(), rows[0]["totalLag"].clone()),
+        (json!("lagging"), json!(1)),
+        "{named}"
+    );
+    let other = get_ok(&b, "/api/v1/consumer-groups?group=other").await;
+    assert_eq!(other.as_array().unwrap().len(), 1, "{other}");
+    assert_eq!(get_ok(&b, "/api/v1/consumer-groups").await.as_array().unwrap().len(), 2);
+
+    let (code, body) = b.delete("/api/v1/consumer-groups/lagging").await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(
+        (body["consumerGroup"].clone(), body["deletedPartitions"].clone()),
+        (json!("lagging"), json!(1))
+    );
+    assert_eq!(get_ok(&b, "/api/v1/consumer-groups?group=lagging").await, json!([]));
+    assert_eq!(get_ok(&b, "/api/v1/consumer-groups?group=other").await.as_array().unwrap().len(), 1);
+}
+
 // ----------------------------------------------------------------- status
 
 #[tokio::test]

@@ -188,9 +188,13 @@ pub(crate) async fn retry_message(
     Ok(ok(app.engine.retry_message(&partition_id(&pid)?, &tx).await?))
 }
 
-#[utoipa::path(get, path = "/api/v1/consumer-groups", tag = "groups", responses((status = 200, description = "Every group with its lag", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
-pub(crate) async fn consumer_groups(State(app): State<Arc<AppState>>) -> Answer {
-    Ok(ok(app.engine.consumer_groups(None, None).await?))
+/// `?group=` reads one group by a path that no name can clash with (a
+/// group named `lagging` has no `/consumer-groups/:group` of its own).
+#[utoipa::path(get, path = "/api/v1/consumer-groups", tag = "groups", params(GroupsParams), responses((status = 200, description = "Every group with its lag, or one group's entries (group)", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn consumer_groups(State(app): State<Arc<AppState>>, query: QueryMap) -> Answer {
+    let p = Params::from(query)?;
+    let group = p.0.get("group").map(String::as_str);
+    Ok(ok(app.engine.consumer_groups(group, None).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/consumer-groups/lagging", tag = "groups", params(LaggingParams), responses((status = 200, description = "Groups lagging by at least minLagSeconds", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]

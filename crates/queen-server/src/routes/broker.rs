@@ -274,6 +274,13 @@ pub(crate) async fn delete_group(
     Ok(ok(app.engine.delete_consumer_group(&group, None, meta).await?))
 }
 
+/// `DELETE /api/v1/consumer-groups/lagging` deletes the group named
+/// `lagging`: Queen's `lagging` route is GET only, so the name is free here.
+#[utoipa::path(delete, path = "/api/v1/consumer-groups/lagging", tag = "groups", params(DeleteGroupParams), responses((status = 200, description = "The cursors of the group named lagging removed", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
+pub(crate) async fn delete_lagging_group(state: State<Arc<AppState>>, query: QueryMap) -> Answer {
+    delete_group(state, Path("lagging".to_owned()), query).await
+}
+
 #[utoipa::path(delete, path = "/api/v1/consumer-groups/{group}/queues/{queue}", tag = "groups", params(("group" = String, Path), ("queue" = String, Path), DeleteGroupParams), responses((status = 200, description = "The group's cursors on the queue removed", body = Object), (status = 400, description = "Bad input, naming the field", body = ErrorBody), (status = 503, description = "PostgreSQL unreachable or the route paused; Retry-After", body = ErrorBody)))]
 pub(crate) async fn delete_group_queue(
     State(app): State<Arc<AppState>>,

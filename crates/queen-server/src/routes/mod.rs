@@ -36,7 +36,7 @@ pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
         .routes(routes!(admin::message, admin::delete_message))
         .routes(routes!(admin::retry_message))
         .routes(routes!(admin::consumer_groups))
-        .routes(routes!(admin::lagging_groups))
+        .routes(routes!(admin::lagging_groups, broker::delete_lagging_group))
         .routes(routes!(admin::status))
         .routes(routes!(admin::status_queues))
         .routes(routes!(admin::status_queue))
