@@ -85,6 +85,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0018_queue_options_16.sql",
         sql: include_str!("../sql/migrations/0018_queue_options_16.sql"),
     },
+    Migration {
+        version: 20,
+        name: "0020_fences_and_subs.sql",
+        sql: include_str!("../sql/migrations/0020_fences_and_subs.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -317,7 +317,19 @@ impl Engine {
 
     /// `POST /streams/v1/cycle`.
     pub async fn stream_cycle(&self, body: &str) -> Result<Json, EngineError> {
-        self.stream_cycle_run(&decode_cycle(body)?).await
+        self.stream_cycle_by(body, None).await
+    }
+
+    /// As [`Engine::stream_cycle`], the emits stamped with the caller's
+    /// authenticated `sub` (producerSub), as a push's items are.
+    pub async fn stream_cycle_by(&self, body: &str, producer_sub: Option<&str>) -> Result<Json, EngineError> {
+        let mut cycle = decode_cycle(body)?;
+        if let Some(sub) = producer_sub {
+            for item in &mut cycle.pushes {
+                item.producer_sub = Some(sub.to_owned());
+            }
+        }
+        self.stream_cycle_run(&cycle).await
     }
 
     /// Commits one cycle; a refusal is `EngineError::Refused` with the runner's answer.
@@ -361,6 +373,7 @@ impl Engine {
                     &ack.map_or("completed", |a| a.status.as_str()),
                     &ack.map_or(0, |a| a.count),
                     &c.release_lease,
+                    &push.subs(),
                 ],
             )
             .await?;

@@ -356,8 +356,14 @@ pub struct Fired {
 impl Engine {
     /// A timers call given as wire JSON: `{"results": [...]}`.
     pub async fn timers(&self, body: &str) -> Result<Json, EngineError> {
+        self.timers_by(body, None).await
+    }
+
+    /// As [`Engine::timers`], the timers stamped with the caller's
+    /// authenticated `sub`, which their fired messages carry as producerSub.
+    pub async fn timers_by(&self, body: &str, producer_sub: Option<&str>) -> Result<Json, EngineError> {
         let ops = decode_timers(body, self.timer_horizon())?;
-        self.run_timers(&ops).await
+        self.run_timers(&ops, producer_sub).await
     }
 
     /// Typed timer ops, checked as the HTTP route checks them.
@@ -376,31 +382,33 @@ impl Engine {
                 }
             }
         }
-        let json = self.run_timers(ops).await?;
+        let json = self.run_timers(ops, None).await?;
         let r: Results = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
         Ok(r.results)
     }
 
-    async fn run_timers(&self, ops: &[TimerOp]) -> Result<Json, EngineError> {
+    async fn run_timers(&self, ops: &[TimerOp], sub: Option<&str>) -> Result<Json, EngineError> {
         if ops.is_empty() {
             return Ok(Json("{\"results\": []}".into()));
         }
-        match self.run_timers_sealed(ops).await {
+        match self.run_timers_sealed(ops, sub).await {
             // A queue turned encrypted under our hint: learn it, seal, resend.
             Err(EngineError::EncryptionChanged(queues)) => {
                 self.refresh_sealed(&queues).await?;
-                self.run_timers_sealed(ops).await
+                self.run_timers_sealed(ops, sub).await
             }
             other => other,
         }
     }
 
-    async fn run_timers_sealed(&self, ops: &[TimerOp]) -> Result<Json, EngineError> {
+    async fn run_timers_sealed(&self, ops: &[TimerOp], sub: Option<&str>) -> Result<Json, EngineError> {
         let ops = self.seal_timer_ops(ops)?;
         let c = TimerColumns::of(&ops);
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../sql/statements/timers.sql")).await?;
-        let row = client.query_one(&stmt, &c.params()).await?;
+        let mut params = c.params().to_vec();
+        params.push(&sub);
+        let row = client.query_one(&stmt, &params).await?;
         if ops.iter().any(|op| matches!(op, TimerOp::Schedule { .. })) {
             self.timer_stats_ref().wake.notify_one();
         }

@@ -32,6 +32,10 @@ pub struct Bundle {
     pub lent_lease: Option<String>,
     /// Pushed items plus acks.
     pub slots: i32,
+    /// The caller's authenticated `sub`, stamped on the rider's timers
+    /// (their fired messages carry it as producerSub); the pushes carry
+    /// their own.
+    pub producer_sub: Option<String>,
 }
 
 /// Decodes a bundle, refusing bad input with the 400 that names it
@@ -136,7 +140,7 @@ fn decode_bundle_for(body: &str, horizon: Duration) -> Result<Bundle, EngineErro
         Some(k) => decode_call(k.get(), true)?,
         None => Vec::new(),
     };
-    Ok(Bundle { pushes, acks, kv, timers, lent_lease, slots: slot })
+    Ok(Bundle { pushes, acks, kv, timers, lent_lease, slots: slot, producer_sub: None })
 }
 
 impl Engine {
@@ -155,6 +159,7 @@ impl Engine {
             for (_, item) in &mut bundle.pushes {
                 item.producer_sub = Some(sub.to_owned());
             }
+            bundle.producer_sub = Some(sub.to_owned());
         }
         self.transaction_bundle(bundle).await
     }
@@ -248,6 +253,7 @@ pub(crate) async fn bundle_call(
     params.extend(timer_columns.params());
     let subs = push.subs();
     params.push(&subs);
+    params.push(&bundle.producer_sub);
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/transaction.sql")).await?;
     let row = client.query_one(&stmt, &params).await?;

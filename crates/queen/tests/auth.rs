@@ -556,3 +556,75 @@ async fn with_jwt_on_every_message_carries_its_pushers_sub_and_a_body_cannot_for
     let (_, _, dlq) = as_(&b, WRITE, Method::GET, "/api/v1/dlq?queue=dl", None).await;
     assert_eq!(dlq["messages"][0]["producerSub"], json!("alice"), "{dlq}");
 }
+
+/// A fired timer carries the `sub` of who scheduled it (the timers call or a
+/// transaction's rider), and a stream's emits the `sub` of who ran the
+/// cycle, as a push's messages do; a static token stamps nothing.
+#[tokio::test]
+async fn fired_timers_and_stream_emits_carry_their_producers_sub() {
+    use base64::Engine as _;
+    let auth =
+        AuthConfig::default().with_hs256_secret(SECRET).unwrap().with_token(WRITE, Role::Admin).unwrap();
+    let b = with_auth(auth).await;
+    let alice = hs256(&json!({"sub": "alice", "role": "read-write", "exp": now() + 600}), SECRET);
+    let bob = hs256(&json!({"sub": "bob", "role": "read-write", "exp": now() + 600}), SECRET);
+    let timer = |key: &str| {
+        let payload = base64::engine::general_purpose::STANDARD.encode(json!({"k": key}).to_string());
+        json!({"op": "schedule", "queue": "tq", "timerKey": key, "payload": payload, "delayMs": 0,
+               "txn": format!("t-{key}")})
+    };
+    let (s, _, body) =
+        as_(&b, &alice, Method::POST, "/api/v1/timers", Some(json!({"operations": [timer("a")]}))).await;
+    assert_eq!(s, 200, "{body}");
+    let rider = json!({"operations": [], "requiredLeases": [], "timers": [timer("b")]});
+    let (s, _, body) = as_(&b, &bob, Method::POST, "/api/v1/transaction", Some(rider)).await;
+    assert_eq!((s, body["success"].clone()), (200, json!(true)), "{body}");
+    let (s, _, body) =
+        as_(&b, WRITE, Method::POST, "/api/v1/timers", Some(json!({"operations": [timer("c")]}))).await;
+    assert_eq!(s, 200, "{body}");
+
+    let mut subs = std::collections::BTreeMap::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while subs.len() < 3 {
+        assert!(std::time::Instant::now() < deadline, "timers never fired: {subs:?}");
+        let (_, _, popped) =
+            as_(&b, WRITE, Method::GET, "/api/v1/pop/queue/tq?batch=10&wait=false&autoAck=true", None).await;
+        for m in popped["messages"].as_array().cloned().unwrap_or_default() {
+            subs.insert(m["transactionId"].as_str().unwrap().to_owned(), m["producerSub"].clone());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        subs.into_iter().collect::<Vec<_>>(),
+        [
+            ("t-a".to_owned(), json!("alice")),
+            ("t-b".to_owned(), json!("bob")),
+            ("t-c".to_owned(), Value::Null)
+        ]
+    );
+
+    // A stream cycle's emits are stamped with the cycle's caller.
+    let reg = json!({"name": "sq", "source_queue": "ssrc", "sink_queue": "sdst", "config_hash": "h"});
+    let (s, _, reg) = as_(&b, &alice, Method::POST, "/streams/v1/queries", Some(reg)).await;
+    assert_eq!(s, 200, "{reg}");
+    as_(&b, &alice, Method::POST, "/api/v1/push", Some(json!({"items": [{"queue": "ssrc", "payload": {}}]})))
+        .await;
+    let (_, _, pop) = as_(
+        &b,
+        &alice,
+        Method::GET,
+        "/api/v1/pop/queue/ssrc?batch=10&wait=false&consumerGroup=streams.sq",
+        None,
+    )
+    .await;
+    let cycle = json!({
+        "query_id": reg["query_id"], "partition_id": pop["partitionId"], "consumer_group": "streams.sq",
+        "state_ops": [], "push_items": [{"queue": "sdst", "partition": "Default", "payload": {"e": 1}}],
+        "ack": {"leaseId": pop["leaseId"], "status": "completed", "count": 1}, "release_lease": true,
+    });
+    let (s, _, body) = as_(&b, &bob, Method::POST, "/streams/v1/cycle", Some(cycle)).await;
+    assert_eq!((s, body["success"].clone()), (200, json!(true)), "{body}");
+    let (_, _, emitted) =
+        as_(&b, WRITE, Method::GET, "/api/v1/pop/queue/sdst?batch=10&wait=false", None).await;
+    assert_eq!(emitted["messages"][0]["producerSub"], json!("bob"), "{emitted}");
+}

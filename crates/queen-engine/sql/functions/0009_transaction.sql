@@ -22,6 +22,11 @@ DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, inte
   text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
   bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
   integer[], boolean[], text[], text[], text[], text[], text[], bigint[], text[]);
+-- Before the rider's timers carried the caller's sub (t_sub).
+DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, integer[], text[], text[], text[],
+  text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
+  bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
+  integer[], boolean[], text[], text[], text[], text[], text[], bigint[], text[], text[]);
 -- The elements of a transaction's answer, and the answer: their one writer
 -- (transaction_rows, and transaction_batch's one-pass path). STABLE as
 -- json_build_object is, so that they are inlined.
@@ -48,7 +53,7 @@ CREATE OR REPLACE FUNCTION queen.transaction_rows(
   a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],
   a_keys jsonb[], a_prefix text[], a_after text[], a_limit integer[], a_keys_only boolean[],
   t_op text[], t_queue text[], t_key text[], t_part text[], t_payload text[], t_delay bigint[], t_txn text[],
-  p_push_subs text[] DEFAULT NULL)
+  p_push_subs text[] DEFAULT NULL, t_sub text DEFAULT NULL)
 RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -68,7 +73,7 @@ BEGIN
     SELECT coalesce(jsonb_agg(jsonb_build_object('index', p_slot_count + coalesce(array_length(a_op, 1), 0) + e.n - 1,
                                                  'type', 'timer') || e.x ORDER BY e.n), '[]')
       INTO v_timers
-      FROM jsonb_array_elements(queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn))
+      FROM jsonb_array_elements(queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn, t_sub))
            WITH ORDINALITY e(x, n);
   END IF;
 

@@ -38,9 +38,12 @@ BEGIN
 END $$;
 
 -- schedule and reschedule are one upsert: attempts start again, and a new
--- txn gets a new promised message id (the same txn keeps its id).
+-- txn gets a new promised message id (the same txn keeps its id). p_sub:
+-- the scheduling token's `sub`, which the fired message carries as its
+-- producer_sub (a reschedule takes the rescheduler's).
+DROP FUNCTION IF EXISTS queen.timer_schedule(text, text, text, text, bigint, text);
 CREATE OR REPLACE FUNCTION queen.timer_schedule(
-  p_queue text, p_key text, p_partition text, p_payload text, p_delay_ms bigint, p_txn text)
+  p_queue text, p_key text, p_partition text, p_payload text, p_delay_ms bigint, p_txn text, p_sub text)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -61,11 +64,13 @@ BEGIN
     END IF;
     PERFORM queen.encryption_changed(ARRAY[p_queue]);
   END IF;
-  INSERT INTO queen.timers AS x (queue_name, timer_key, partition_name, payload, txn, message_id, deliver_at)
+  INSERT INTO queen.timers AS x (queue_name, timer_key, partition_name, payload, txn, message_id, deliver_at,
+                                 producer_sub)
   VALUES (p_queue, p_key, p_partition, p_payload::json, p_txn, queen.uuid_v7(),
-          statement_timestamp() + make_interval(secs => p_delay_ms / 1000.0))
+          statement_timestamp() + make_interval(secs => p_delay_ms / 1000.0), p_sub)
   ON CONFLICT (queue_name, timer_key) DO UPDATE
     SET partition_name = EXCLUDED.partition_name, payload = EXCLUDED.payload,
+        producer_sub = EXCLUDED.producer_sub,
         message_id = CASE WHEN x.txn = EXCLUDED.txn THEN x.message_id ELSE EXCLUDED.message_id END,
         txn = EXCLUDED.txn, deliver_at = EXCLUDED.deliver_at, attempts = 0, last_error = NULL,
         updated_at = now()
@@ -76,9 +81,11 @@ BEGIN
 END $$;
 
 -- One timers call (or a transaction's rider): result elements in op order.
+-- p_sub: the caller's `sub` (NULL without JWT auth), set by the engine.
+DROP FUNCTION IF EXISTS queen.timer_apply(text[], text[], text[], text[], text[], bigint[], text[]);
 CREATE OR REPLACE FUNCTION queen.timer_apply(
   p_ops text[], p_queues text[], p_keys text[], p_partitions text[], p_payloads text[],
-  p_delays bigint[], p_txns text[])
+  p_delays bigint[], p_txns text[], p_sub text DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -90,7 +97,7 @@ BEGIN
       v_results[i] := queen.timer_cancel(p_queues[i], p_keys[i], p_txns[i]);
     ELSE
       v_results[i] := queen.timer_schedule(p_queues[i], p_keys[i], p_partitions[i], p_payloads[i],
-                                           p_delays[i], p_txns[i]);
+                                           p_delays[i], p_txns[i], p_sub);
     END IF;
   END LOOP;
   RETURN coalesce(to_jsonb(v_results), '[]'::jsonb);
@@ -139,6 +146,7 @@ DECLARE
   v_ids uuid[];
   v_keys text[];
   v_due timestamptz[];
+  v_subs text[];
   v_result json;
 BEGIN
   SELECT array_agg(d.queue_name ORDER BY d.deliver_at, d.queue_name, d.timer_key),
@@ -147,8 +155,9 @@ BEGIN
          array_agg(d.payload::text ORDER BY d.deliver_at, d.queue_name, d.timer_key),
          array_agg(d.message_id ORDER BY d.deliver_at, d.queue_name, d.timer_key),
          array_agg(d.timer_key ORDER BY d.deliver_at, d.queue_name, d.timer_key),
-         array_agg(d.deliver_at ORDER BY d.deliver_at, d.queue_name, d.timer_key)
-    INTO v_queues, v_parts, v_txns, v_payloads, v_ids, v_keys, v_due
+         array_agg(d.deliver_at ORDER BY d.deliver_at, d.queue_name, d.timer_key),
+         array_agg(d.producer_sub ORDER BY d.deliver_at, d.queue_name, d.timer_key)
+    INTO v_queues, v_parts, v_txns, v_payloads, v_ids, v_keys, v_due, v_subs
     FROM (SELECT * FROM queen.timers t WHERE t.deliver_at <= statement_timestamp()
            ORDER BY t.deliver_at LIMIT p_limit FOR UPDATE SKIP LOCKED) d;
   fired := 0;
@@ -157,7 +166,7 @@ BEGIN
   END IF;
   SELECT x.result, x.queued INTO v_result, queued
     FROM queen.push_rows(v_queues, v_parts, v_txns, array_fill(NULL::text, ARRAY[cardinality(v_queues)]),
-                         v_payloads, NULL, v_ids, true) x;
+                         v_payloads, NULL, v_ids, true, v_subs) x;
   WITH outcome AS (
     SELECT r.n, r.x ->> 'status' AS status, r.x ->> 'error' AS error
       FROM json_array_elements(v_result) WITH ORDINALITY r(x, n)

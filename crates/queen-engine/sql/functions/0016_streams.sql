@@ -91,12 +91,16 @@ $$;
 -- migration 0008), else a_count messages from the batch start, and keeps
 -- the lease. A partial ack whose message is already below the cursor is a
 -- replay: it answers success and applies nothing (checked before any write).
--- Upserts and deletes come collapsed to the last op per key.
+-- Upserts and deletes come collapsed to the last op per key. p_subs: each
+-- emit's producer (the caller's JWT sub), set by the engine.
+DROP FUNCTION IF EXISTS queen.stream_cycle(uuid, uuid, text, text[], text[], text[], text[], text[], text[],
+  text[], text[], boolean, text, text, text, integer, boolean);
 CREATE OR REPLACE FUNCTION queen.stream_cycle(
   p_query uuid, p_partition uuid, p_group text,
   u_keys text[], u_values text[], d_keys text[],
   p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
   a_present boolean, a_txid text, a_lease text, a_status text, a_count integer, p_release boolean,
+  p_subs text[],
   OUT result json, OUT queued text[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
@@ -152,7 +156,7 @@ BEGIN
 
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
     SELECT x.result, x.queued INTO v_push, queued
-      FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL) x;
+      FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL, p_subs => p_subs) x;
     SELECT e.x AS x INTO r FROM json_array_elements(v_push) e(x) WHERE e.x ->> 'status' <> 'queued' LIMIT 1;
     IF FOUND THEN
       PERFORM queen.stream_refuse(coalesce(r.x ->> 'error', 'push item ' || (r.x ->> 'index') || ' was not queued')

@@ -6,4 +6,4 @@ SELECT queen.transaction_rows($1::text, $2::text, $3::bigint, $4::integer,
   $25::boolean[], $26::text[]::numeric[], $27::text[]::numeric[], $28::text[]::numeric[], $29::text[]::jsonb[],
   $30::text[], $31::text[], $32::integer[], $33::boolean[],
   $34::text[], $35::text[], $36::text[], $37::text[], $38::text[], $39::bigint[], $40::text[],
-  p_push_subs => $41::text[])::text
+  p_push_subs => $41::text[], t_sub => $42::text)::text

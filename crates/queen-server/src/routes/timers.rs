@@ -11,6 +11,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use queen_engine::EngineError;
 
 use super::broker::{Body, QueryMap};
@@ -18,7 +19,7 @@ use crate::error::json_response;
 use crate::extract::json_body;
 #[allow(unused_imports)]
 use crate::openapi::*;
-use crate::{ApiError, AppState};
+use crate::{ApiError, AppState, Caller};
 
 fn timers_error(status: StatusCode, error: &str, reason: &str, detail: &str) -> Response {
     let body = serde_json::json!({"error": error, "reason": reason, "detail": detail});
@@ -81,12 +82,18 @@ fn timer_path(path: TimerPath) -> Result<(String, String), Box<Response>> {
 
 /// `POST /api/v1/timers`.
 #[utoipa::path(post, path = "/api/v1/timers", tag = "timers", request_body = TimersRequest, responses((status = 200, description = "One result per op, in order", body = Object), (status = 400, description = "timers_bad_request with its reason", body = KvErrorBody), (status = 403, description = "timer_horizon_exceeded", body = KvErrorBody), (status = 413, description = "payload_too_large", body = KvErrorBody), (status = 503, description = "timers_unavailable; Retry-After", body = KvErrorBody)))]
-pub(crate) async fn timers(State(app): State<Arc<AppState>>, body: Body) -> Response {
+pub(crate) async fn timers(
+    State(app): State<Arc<AppState>>,
+    caller: Option<Extension<Caller>>,
+    body: Body,
+) -> Response {
     let text = match json_body(&body) {
         Ok(t) => t,
         Err(e) => return timers_failure(e),
     };
-    let result = app.engine.timers(text).await;
+    // The fired message's producer is who scheduled it, as for a push.
+    let sub = caller.as_ref().and_then(|c| c.sub.as_deref());
+    let result = app.engine.timers_by(text, sub).await;
     if let Ok(json) = &result {
         crate::metrics::record_timers(&json.0);
     }
