@@ -507,3 +507,49 @@ async fn a_group_registering_while_the_queue_is_created_still_gets_the_messages(
         }
     }
 }
+
+/// Queen starts a group at its subscription time on a partition it has no
+/// cursor on yet: a subscription updated to a time still to come holds back
+/// what partitions created later receive before that time (and also what a
+/// partition created then receives later, until the time); a time already
+/// past lets a later partition start at its beginning, as `new` does.
+#[tokio::test]
+async fn a_subscription_time_still_to_come_holds_back_partitions_created_later() {
+    let b = TestBroker::start().await;
+    b.push("held", "p1", &[("p1-a", json!(1))]).await;
+    assert_eq!(drain(&b, "held", "g", "subscriptionMode=all").await, ["p1-a"]);
+    let sql = b.sql().await;
+    let at_iso: String = sql
+        .query_one("SELECT to_char(now() AT TIME ZONE 'UTC' + interval '3 seconds', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let (status, body) =
+        b.post("/api/v1/consumer-groups/g/subscription", &json!({"subscriptionTimestamp": at_iso})).await;
+    assert_eq!((status, body["rowsUpdated"].clone()), (200, json!(1)), "{body}");
+
+    b.push("held", "p2", &[("p2-early", json!(1))]).await;
+    b.push("held", "p1", &[("p1-b", json!(1))]).await;
+    assert_eq!(drain(&b, "held", "g", "").await, ["p1-b"], "p2's early message is before the time");
+    b.push("held", "p2", &[("p2-still-early", json!(1))]).await;
+    assert_eq!(drain(&b, "held", "g", "").await, Vec::<String>::new());
+    let named = b.pop_partition("held", "p2", "batch=10&consumerGroup=g").await;
+    assert_eq!(named.0, 204, "a pop naming the partition skips it too: {}", named.1);
+
+    while sql.query_one("SELECT now() < $1::text::timestamptz", &[&at_iso]).await.unwrap().get::<_, bool>(0) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    b.push("held", "p2", &[("p2-late", json!(1))]).await;
+    assert_eq!(drain(&b, "held", "g", "").await, ["p2-late"]);
+
+    // A time already past: a partition made later starts at its beginning.
+    let (status, _) = b
+        .post(
+            "/api/v1/consumer-groups/g/subscription",
+            &json!({"subscriptionTimestamp": "2020-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    b.push("held", "p3", &[("p3-a", json!(1)), ("p3-b", json!(2))]).await;
+    assert_eq!(drain(&b, "held", "g", "").await, ["p3-a", "p3-b"]);
+}

@@ -263,9 +263,11 @@ BEGIN
       RETURNING id, queue_id
     )
     -- Every registered group gets a cursor; the lane is new, so it starts
-    -- at 0 (its ready lane: the cursor's insert trigger, migration 0005).
-    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
-    SELECT c.id, g.name, c.queue_id, 0
+    -- at 0 (its ready lane: the cursor's insert trigger, migration 0005),
+    -- held until a subscription time still to come (queen.held_start).
+    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq, hold_until)
+    SELECT c.id, g.name, c.queue_id, 0,
+           CASE WHEN g.subscription_mode = 'timestamp' AND g.subscription_from > now() THEN g.subscription_from END
       FROM created c
       JOIN queen.queues q ON q.id = c.queue_id
       JOIN queen.consumer_groups g ON g.queue_name = q.name

@@ -58,14 +58,15 @@ BEGIN
   IF v_qid IS NULL THEN
     RETURN;
   END IF;
-  INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
+  INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq, hold_until)
   SELECT p.id, p_group, v_qid,
          CASE v_mode
            WHEN 'all' THEN 0
            WHEN 'new' THEN p.next_seq
            ELSE coalesce((SELECT min(m.seq) FROM queen.messages m
                            WHERE m.partition_id = p.id AND m.created_at >= v_from), p.next_seq)
-         END
+         END,
+         CASE WHEN v_from > now() THEN v_from END
     FROM queen.partitions p
    WHERE p.queue_id = v_qid
   ON CONFLICT DO NOTHING;
@@ -213,6 +214,19 @@ $$;
 -- Up to p_max messages of a lane from p_from in offset order, as the pop
 -- answers them (delayed messages not yet due left out): the batch, its
 -- count and its last offset (0 and NULLs when there is none).
+-- Where a held cursor (cursors.hold_until: a group subscribed from a time
+-- still to come when its cursor was made) really starts: the first message
+-- at or after p_from created at or after the hold, else the lane's end.
+-- created_at rises with seq in a partition, so the skipped messages are a
+-- prefix. Called only for held cursors (a CASE guards every call).
+CREATE OR REPLACE FUNCTION queen.held_start(p_pid uuid, p_from bigint, p_hold timestamptz) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT m.seq FROM queen.messages m
+                    WHERE m.partition_id = p_pid AND m.seq >= p_from AND m.created_at >= p_hold
+                    ORDER BY m.seq LIMIT 1),
+                  (SELECT p.next_seq FROM queen.partitions p WHERE p.id = p_pid), p_from)
+$$;
+
 CREATE OR REPLACE FUNCTION queen.lane_messages(
   q queen.queues, p_pid uuid, p_pname text, p_group text, p_from bigint, p_max integer, p_lease uuid)
 RETURNS TABLE (batch json[], n bigint, last bigint)
@@ -232,6 +246,14 @@ LANGUAGE sql STABLE AS $$
                   OR m.created_at <= now() - make_interval(secs => q.delayed_processing))
            ORDER BY m.seq
            LIMIT p_max) m
+$$;
+
+-- A cursor's hold once a pop has moved it past the held head: kept while
+-- a push that began before the hold may still commit older messages (a
+-- minute's margin), then cleared, and the pop reads from the cursor again.
+CREATE OR REPLACE FUNCTION queen.hold_left(p_hold timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+  SELECT CASE WHEN p_hold < now() - interval '1 minute' THEN NULL ELSE p_hold END
 $$;
 
 -- One lane of a pop: claims the cursor (FOR UPDATE SKIP LOCKED, free lease,
@@ -264,9 +286,11 @@ DECLARE
 BEGIN
   IF q.ttl = 0 THEN
     -- The claim and the read in one statement.
-    SELECT l.next_seq, l.head, b.batch, b.n, b.last
+    SELECT l.next_seq, l.stored, l.head, b.batch, b.n, b.last
       INTO lane
-      FROM (SELECT c.next_seq, p.next_seq AS head, p.name AS pname
+      FROM (SELECT CASE WHEN c.hold_until IS NULL THEN c.next_seq
+                        ELSE queen.held_start(c.partition_id, c.next_seq, c.hold_until) END AS next_seq,
+                   c.next_seq AS stored, p.next_seq AS head, p.name AS pname
               FROM queen.cursors c
               JOIN queen.partitions p ON p.id = c.partition_id
              WHERE c.partition_id = p_pid AND c.consumer_group = p_group
@@ -287,7 +311,9 @@ BEGIN
     v_count := lane.n;
     v_last := lane.last;
   ELSE
-    SELECT c.next_seq, p.next_seq AS head, p.name AS pname
+    SELECT CASE WHEN c.hold_until IS NULL THEN c.next_seq
+                ELSE queen.held_start(c.partition_id, c.next_seq, c.hold_until) END AS next_seq,
+           c.next_seq AS stored, p.next_seq AS head, p.name AS pname
       INTO lane
       FROM queen.cursors c
       JOIN queen.partitions p ON p.id = c.partition_id
@@ -324,6 +350,11 @@ BEGIN
     END IF;
   END IF;
 
+  -- A held head skipped on a drained lane moves the cursor for good, so a
+  -- later push finds it at the lane's end and marks the lane ready.
+  IF v_count = 0 AND lane.next_seq > lane.stored AND lane.next_seq >= lane.head THEN
+    UPDATE queen.cursors SET next_seq = lane.next_seq WHERE partition_id = p_pid AND consumer_group = p_group;
+  END IF;
   IF v_count = 0 AND lane.next_seq >= lane.head THEN
     SELECT p.next_seq INTO v_head FROM queen.partitions p WHERE p.id = p_pid FOR SHARE SKIP LOCKED;
     IF v_head IS NOT NULL AND lane.next_seq >= v_head THEN
@@ -345,7 +376,14 @@ BEGIN
 
   IF p_auto_ack THEN
     UPDATE queen.cursors SET next_seq = v_last + 1, last_delivered_at = now(),
-           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0
+           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0,
+           hold_until = queen.hold_left(hold_until)
+     WHERE partition_id = p_pid AND consumer_group = p_group;
+  ELSIF lane.next_seq > lane.stored THEN
+    -- A held head was skipped: for good, as the lease starts after it.
+    UPDATE queen.cursors SET next_seq = lane.next_seq, lease_id = p_lease,
+           lease_expires_at = now() + make_interval(secs => p_lease_secs),
+           batch_end = v_last + 1, last_delivered_at = now(), hold_until = queen.hold_left(hold_until)
      WHERE partition_id = p_pid AND consumer_group = p_group;
   ELSE
     UPDATE queen.cursors SET lease_id = p_lease,
@@ -459,7 +497,10 @@ BEGIN
     ), claimed AS (
       SELECT m.*, c.next_seq, pt.next_seq AS head
         FROM members m
-        CROSS JOIN LATERAL (SELECT c.next_seq FROM queen.cursors c
+        CROSS JOIN LATERAL (SELECT CASE WHEN c.hold_until IS NULL THEN c.next_seq
+                                        ELSE queen.held_start(c.partition_id, c.next_seq, c.hold_until)
+                                   END AS next_seq
+                              FROM queen.cursors c
                              WHERE c.partition_id = m.pid AND c.consumer_group = m.g
                                AND (c.lease_expires_at IS NULL
                                     OR c.lease_expires_at <= now() - make_interval(secs => m.retry_delay / 1000.0))

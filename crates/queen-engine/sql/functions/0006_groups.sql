@@ -170,7 +170,7 @@ BEGIN
     -- The registration stays, so the next pop will not register again: give
     -- the group fresh cursors at its stored start position now, or it would
     -- never see those lanes again. 'new' starts after the join time.
-    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq)
+    INSERT INTO queen.cursors (partition_id, consumer_group, queue_id, next_seq, hold_until)
     SELECT p.id, g.name, q.id,
            CASE g.subscription_mode
              WHEN 'all' THEN 0
@@ -178,7 +178,8 @@ BEGIN
                                         WHERE m.partition_id = p.id AND m.created_at > g.created_at), p.next_seq)
              ELSE coalesce((SELECT min(m.seq) FROM queen.messages m
                              WHERE m.partition_id = p.id AND m.created_at >= g.subscription_from), p.next_seq)
-           END
+           END,
+           CASE WHEN g.subscription_mode = 'timestamp' AND g.subscription_from > now() THEN g.subscription_from END
       FROM queen.consumer_groups g
       JOIN queen.queues q ON q.name = g.queue_name
       JOIN queen.partitions p ON p.queue_id = q.id
@@ -254,7 +255,8 @@ BEGIN
            next_seq = CASE WHEN p_to_end THEN p.next_seq
                       ELSE coalesce((SELECT min(m.seq) FROM queen.messages m
                                       WHERE m.partition_id = p.id AND m.created_at > v_ts), p.next_seq) END,
-           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0, retry_at = NULL
+           lease_id = NULL, lease_expires_at = NULL, batch_end = NULL, retry_count = 0, retry_at = NULL,
+           hold_until = NULL
       FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
      WHERE c.partition_id = p.id AND c.consumer_group = p_group AND q.name = p_queue
        AND (v_partition IS NULL OR p.id = v_partition)
