@@ -7,6 +7,13 @@
 //! configured and empty, and a broker that does not own a queue answers
 //! 421 `ephemeral_not_owner` naming the owner's URL instead of serving it.
 //!
+//! One owner at a time: ownership is a lease fenced by an epoch. An owner
+//! serves a queue only while its last renewal that succeeded was sent less
+//! than [`OWNER_FENCE`] ago (half the takeover time, on its own monotonic
+//! clock), so it stops before another broker may take over; a takeover
+//! bumps the epoch, and a renewal names the epoch it holds, so a late one
+//! renews nothing (`queen.ephemeral_claim`, `queen.ephemeral_renew`).
+//!
 //! Semantics follow the Queen 2.x client: every group has its own cursor
 //! over a partition's ring (fan-out), members of one group compete, no group
 //! is queue mode; leases are per message; `attempts` counts deliveries and a
@@ -39,7 +46,14 @@ pub const BROKER_BYTES: u64 = 256 * 1024 * 1024;
 pub const MAX_ITEMS: usize = 10_000;
 /// A broker whose heartbeat is older than this loses its queues to the next caller.
 const OWNER_STALE_SECONDS: i32 = 10;
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(3);
+/// An owner stops serving a queue this long after sending its last renewal
+/// that succeeded: half the takeover time, so it has stopped before anyone
+/// may take over, whatever happened to its heartbeats.
+const OWNER_FENCE: Duration = Duration::from_secs(OWNER_STALE_SECONDS as u64 / 2);
+/// Renewals: two may fail in a row before the fence is reached.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+/// After a failed renewal, the next try comes sooner.
+const HEARTBEAT_RETRY: Duration = Duration::from_millis(500);
 const SWEEP_EVERY: Duration = Duration::from_millis(250);
 /// An implicit queue that is empty and untouched this long is forgotten.
 const IDLE_FORGET: Duration = Duration::from_secs(300);
@@ -246,13 +260,16 @@ struct Queue {
     /// Dropped by bounds (dropOldest), ttl, retryLimit.
     drops: [u64; 3],
     touched: Instant,
-    /// When this broker claimed it (a heartbeat only judges older claims).
-    claimed: Instant,
+    /// The ownership epoch this broker holds the queue at.
+    epoch: i64,
+    /// Served until then: the sending of the last renewal that succeeded
+    /// (or of the claim) plus [`OWNER_FENCE`].
+    serve_until: Instant,
     wake: Arc<Notify>,
 }
 
 impl Queue {
-    fn new(cfg: EphemeralConfig, declared: bool) -> Self {
+    fn new(cfg: EphemeralConfig, declared: bool, epoch: i64, serve_until: Instant) -> Self {
         Queue {
             cfg,
             declared,
@@ -262,7 +279,8 @@ impl Queue {
             len: 0,
             drops: [0; 3],
             touched: Instant::now(),
-            claimed: Instant::now(),
+            epoch,
+            serve_until,
             wake: Arc::new(Notify::new()),
         }
     }
@@ -415,7 +433,13 @@ impl Engine {
         {
             let mut st = eph.lock();
             if let Some(q) = st.queues.get_mut(queue) {
-                q.touched = Instant::now();
+                let now = Instant::now();
+                // Renewals failing: stop before another broker may take over.
+                // The heartbeat renews it, or drops it if it was taken.
+                if now >= q.serve_until {
+                    return Err(lapsed(queue));
+                }
+                q.touched = now;
                 return Ok(Owner::Mine);
             }
             if let Some((url, since)) = st.elsewhere.get(queue) {
@@ -425,11 +449,9 @@ impl Engine {
             }
         }
         let client = self.pool().get().await?;
-        let stmt = client
-            .prepare_cached(
-                "SELECT mine, owner_url, options::text, found FROM queen.ephemeral_claim($1, $2, $3, $4, $5)",
-            )
-            .await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/ephemeral_claim.sql")).await?;
+        // The claim renews: it counts from before it was sent.
+        let sent = Instant::now();
         let row =
             client.query_one(&stmt, &[&queue, &eph.me, &eph.url, &OWNER_STALE_SECONDS, &create]).await?;
         drop(client);
@@ -437,6 +459,7 @@ impl Engine {
         let url: Option<String> = row.try_get(1)?;
         let options: Option<String> = row.try_get(2)?;
         let found: Option<bool> = row.try_get(3)?;
+        let epoch: Option<i64> = row.try_get(4)?;
         let mut st = eph.lock();
         if !mine {
             let url = url.unwrap_or_default();
@@ -449,13 +472,29 @@ impl Engine {
         st.elsewhere.remove(queue);
         // Claimed again before the heartbeat deleted its row: keep the row.
         st.forgotten.retain(|q| q != queue);
-        if !st.queues.contains_key(queue) {
-            let declared = options.is_some();
-            let cfg = match options.as_deref().map(serde_json::from_str::<&RawValue>) {
-                Some(Ok(raw)) => EphemeralConfig::decode(Some(raw)).unwrap_or_default(),
-                _ => EphemeralConfig::default(),
-            };
-            st.queues.insert(queue.to_owned(), Queue::new(cfg, declared));
+        let epoch = epoch.ok_or_else(|| EngineError::Protocol("ephemeral claim answered no epoch".into()))?;
+        let serve_until = sent + OWNER_FENCE;
+        let state = &mut *st;
+        match state.queues.get_mut(queue) {
+            Some(q) if q.epoch == epoch => q.serve_until = q.serve_until.max(serve_until),
+            _ => {
+                // A copy from an earlier ownership (taken over and back) is
+                // not this one's: the queue comes back configured and empty.
+                if let Some(old) = state.queues.remove(queue) {
+                    old.wake.notify_waiters();
+                    state.bytes = state.bytes.saturating_sub(old.bytes);
+                }
+                let declared = options.is_some();
+                let cfg = match options.as_deref().map(serde_json::from_str::<&RawValue>) {
+                    Some(Ok(raw)) => EphemeralConfig::decode(Some(raw)).unwrap_or_default(),
+                    _ => EphemeralConfig::default(),
+                };
+                state.queues.insert(queue.to_owned(), Queue::new(cfg, declared, epoch, serve_until));
+            }
+        }
+        if Instant::now() >= serve_until {
+            // The claim took longer than the fence: not a renewal to serve on.
+            return Err(lapsed(queue));
         }
         Ok(Owner::Mine)
     }
@@ -469,20 +508,20 @@ impl Engine {
         self.ephemeral_owner(&queue, true).await?;
         let options = cfg.to_json().to_string();
         let eph = self.ephemeral();
+        let epoch = held_epoch(eph, &queue)?;
         let client = self.pool().get().await?;
-        let stmt = client
-            .prepare_cached(
-                "UPDATE queen.ephemeral_queues SET options = $2::text::jsonb, updated_at = now() \
-                 WHERE queue = $1 AND owner_id = $3",
-            )
-            .await?;
-        let n = client.execute(&stmt, &[&queue, &options, &eph.me]).await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/ephemeral_configure.sql")).await?;
+        let n = client.execute(&stmt, &[&queue, &options, &eph.me, &epoch]).await?;
         drop(client);
         if n == 0 {
             return Err(reject(503, "owner_moved", "another broker took the queue over; retry"));
         }
         let mut st = eph.lock();
-        let q = st.queues.entry(queue.clone()).or_insert_with(|| Queue::new(cfg.clone(), true));
+        let q = st
+            .queues
+            .get_mut(&queue)
+            .filter(|q| q.epoch == epoch)
+            .ok_or_else(|| reject(503, "owner_moved", "another broker took the queue over; retry"))?;
         q.cfg = cfg.clone();
         q.declared = true;
         Ok(Json(json!({"queue": queue, "declared": true, "options": cfg.to_json()}).to_string()))
@@ -516,8 +555,8 @@ impl Engine {
         let eph = self.ephemeral();
         let mut st = eph.lock();
         let State { queues, bytes: held, next_ring_base, .. } = &mut *st;
-        let q = queues.get_mut(&queue).ok_or_else(|| EngineError::Protocol("owned queue vanished".into()))?;
         let now = Instant::now();
+        let q = serving(queues, &queue, now)?;
         let before = q.bytes;
         expire(q, now);
         trim(q);
@@ -613,9 +652,8 @@ impl Engine {
         let eph = self.ephemeral();
         let mut st = eph.lock();
         let State { queues, bytes: held, .. } = &mut *st;
-        let q =
-            queues.get_mut(&p.queue).ok_or_else(|| EngineError::Protocol("owned queue vanished".into()))?;
         let now = Instant::now();
+        let q = serving(queues, &p.queue, now)?;
         let before = q.bytes;
         if expire(q, now) {
             q.wake.notify_waiters();
@@ -738,9 +776,10 @@ impl Engine {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep(nap) => {}
             }
-            // The queue may have been deleted or moved while we waited.
-            if !self.ephemeral().lock().queues.contains_key(&p.queue) {
-                self.ephemeral_owner(&p.queue, true).await?;
+            // Deleted while we waited: answer, never create it again. Moved
+            // or lapsed: ephemeral_owner answers 421.
+            if matches!(self.ephemeral_owner(&p.queue, false).await?, Owner::Missing) {
+                return Ok(pop_answer(&p.queue, ""));
             }
         }
     }
@@ -866,11 +905,10 @@ impl Engine {
             return Ok(Json(json!({"queue": queue, "deleted": false, "declared": false}).to_string()));
         }
         let eph = self.ephemeral();
+        let epoch = held_epoch(eph, queue)?;
         let client = self.pool().get().await?;
-        let stmt = client
-            .prepare_cached("DELETE FROM queen.ephemeral_queues WHERE queue = $1 AND owner_id = $2")
-            .await?;
-        client.execute(&stmt, &[&queue, &eph.me]).await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/ephemeral_delete.sql")).await?;
+        client.execute(&stmt, &[&queue, &eph.me, &epoch]).await?;
         drop(client);
         let mut st = eph.lock();
         let removed = st.queues.remove(queue);
@@ -947,6 +985,42 @@ fn pop_answer(queue: &str, messages: &str) -> Json {
     Json(format!(r#"{{"queue":{queue},"messages":[{messages}]}}"#))
 }
 
+/// The queue, under the state lock, if this broker may serve it now: the
+/// fence is checked again where the messages are touched.
+fn serving<'a>(
+    queues: &'a mut HashMap<String, Queue>,
+    queue: &str,
+    now: Instant,
+) -> Result<&'a mut Queue, EngineError> {
+    match queues.get_mut(queue) {
+        Some(q) if now < q.serve_until => Ok(q),
+        _ => Err(lapsed(queue)),
+    }
+}
+
+/// The epoch this broker holds `queue` at, once `ephemeral_owner` said mine.
+fn held_epoch(eph: &Ephemeral, queue: &str) -> Result<i64, EngineError> {
+    eph.lock()
+        .queues
+        .get(queue)
+        .map(|q| q.epoch)
+        .ok_or_else(|| reject(503, "owner_moved", "another broker took the queue over; retry"))
+}
+
+/// An owner whose renewals failed for [`OWNER_FENCE`]: it serves nothing,
+/// as a non-owner, and does not know who may own the queue now.
+fn lapsed(queue: &str) -> EngineError {
+    EngineError::Rejected {
+        status: 421,
+        body: json!({
+            "error": "ephemeral_not_owner", "code": "ephemeral_not_owner", "owner": null,
+            "detail": format!("this broker could not renew its ownership of ephemeral queue {queue}; \
+                               retry (here, or at the broker that takes it over)"),
+        })
+        .to_string(),
+    }
+}
+
 fn not_owner(queue: &str, url: &str) -> EngineError {
     EngineError::Rejected {
         status: 421,
@@ -980,81 +1054,107 @@ fn queue_field(f: &wire::Fields<'_>) -> Result<String, EngineError> {
     Ok(queue)
 }
 
-/// The ephemeral sweeper: expires leases and ttl heads (waking pops),
-/// forgets idle implicit queues, and keeps this broker's ownership alive
-/// (a queue whose row another broker took is dropped here).
+/// The ephemeral sweeper: expires leases and ttl heads (waking pops) and
+/// forgets idle implicit queues; it starts the ownership heartbeat as a
+/// task of its own, so a renewal that hangs (a locked row, a dead
+/// connection) stalls neither lease expiry nor the fence, which is judged
+/// by time alone.
 pub(crate) async fn sweep_ephemeral(
     engine_pool: crate::db::Pool,
     eph: Arc<Ephemeral>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut last_beat = Instant::now() - HEARTBEAT_EVERY;
+    tokio::spawn(renew_ownership(engine_pool, eph.clone(), shutdown.clone()));
     loop {
         tokio::select! {
             _ = tokio::time::sleep(SWEEP_EVERY) => {}
             _ = shutdown.changed() => return,
         }
         let now = Instant::now();
-        {
-            let mut st = eph.lock();
-            let mut forget = Vec::new();
-            let mut freed = 0;
-            for (name, q) in st.queues.iter_mut() {
-                let before = q.bytes;
-                if expire(q, now) {
-                    q.wake.notify_waiters();
-                }
-                trim(q);
-                freed += before - q.bytes;
-                if !q.declared && q.len == 0 && now.duration_since(q.touched) >= IDLE_FORGET {
-                    forget.push(name.clone());
-                }
+        let mut st = eph.lock();
+        let mut forget = Vec::new();
+        let mut freed = 0;
+        for (name, q) in st.queues.iter_mut() {
+            let before = q.bytes;
+            if expire(q, now) {
+                q.wake.notify_waiters();
             }
-            st.bytes = st.bytes.saturating_sub(freed);
-            for name in forget {
-                st.queues.remove(&name);
-                st.forgotten.push(name);
+            trim(q);
+            freed += before - q.bytes;
+            if !q.declared && q.len == 0 && now.duration_since(q.touched) >= IDLE_FORGET {
+                forget.push(name.clone());
             }
         }
-        if now.duration_since(last_beat) < HEARTBEAT_EVERY {
-            continue;
+        st.bytes = st.bytes.saturating_sub(freed);
+        for name in forget {
+            st.queues.remove(&name);
+            st.forgotten.push(name);
         }
-        last_beat = now;
-        if let Err(e) = heartbeat(&engine_pool, &eph).await {
-            tracing::warn!(error = %e, "ephemeral heartbeat failed; will retry");
+    }
+}
+
+/// Renews this broker's queues every [`HEARTBEAT_EVERY`] (sooner after a
+/// failure); a queue whose row another broker took, at a newer epoch, is
+/// dropped here.
+async fn renew_ownership(pool: crate::db::Pool, eph: Arc<Ephemeral>, mut shutdown: watch::Receiver<bool>) {
+    let mut failing = false;
+    loop {
+        let pause = if failing { HEARTBEAT_RETRY } else { HEARTBEAT_EVERY };
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.changed() => return,
+        }
+        match heartbeat(&pool, &eph).await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!("ephemeral heartbeat renewed again");
+                }
+                failing = false;
+            }
+            Err(e) => {
+                if !failing {
+                    tracing::warn!(error = %e, "ephemeral heartbeat failed; queues stop being served \
+                                                 if it keeps failing; retrying");
+                }
+                failing = true;
+            }
         }
     }
 }
 
 async fn heartbeat(pool: &crate::db::Pool, eph: &Ephemeral) -> Result<(), EngineError> {
-    let forgotten = std::mem::take(&mut eph.lock().forgotten);
+    let (forgotten, held): (Vec<String>, Vec<(String, i64)>) = {
+        let mut st = eph.lock();
+        let held = st.queues.iter().map(|(name, q)| (name.clone(), q.epoch)).collect();
+        (std::mem::take(&mut st.forgotten), held)
+    };
+    if forgotten.is_empty() && held.is_empty() {
+        return Ok(());
+    }
+    // A renewal counts from before it was sent: the database stamps it no
+    // earlier than this.
     let sent = Instant::now();
     let client = pool.get().await?;
     if !forgotten.is_empty() {
-        let stmt = client
-            .prepare_cached(
-                "DELETE FROM queen.ephemeral_queues WHERE queue = ANY($1) AND owner_id = $2 AND options IS NULL",
-            )
-            .await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/ephemeral_forget.sql")).await?;
         client.execute(&stmt, &[&forgotten, &eph.me]).await?;
     }
-    let stmt = client
-        .prepare_cached(
-            "UPDATE queen.ephemeral_queues SET heartbeat_at = now() WHERE owner_id = $1 RETURNING queue",
-        )
-        .await?;
-    let rows = client.query(&stmt, &[&eph.me]).await?;
+    let names: Vec<&str> = held.iter().map(|(n, _)| n.as_str()).collect();
+    let epochs: Vec<i64> = held.iter().map(|(_, e)| *e).collect();
+    let stmt = client.prepare_cached(include_str!("../sql/statements/ephemeral_renew.sql")).await?;
+    let rows = client.query(&stmt, &[&eph.me, &names, &epochs]).await?;
     drop(client);
-    let still: std::collections::HashSet<String> = rows.iter().filter_map(|r| r.try_get(0).ok()).collect();
-    let mut st = eph.lock();
-    let lost: Vec<String> = st
-        .queues
-        .iter()
-        .filter(|(name, q)| q.claimed < sent && !still.contains(*name))
-        .map(|(name, _)| name.clone())
-        .collect();
-    for q in lost {
-        if let Some(gone) = st.queues.remove(&q) {
+    let renewed: std::collections::HashSet<String> = rows.iter().filter_map(|r| r.try_get(0).ok()).collect();
+    let serve_until = sent + OWNER_FENCE;
+    let mut guard = eph.lock();
+    let st = &mut *guard;
+    for (name, epoch) in held {
+        // Only the copy this renewal was sent for: a queue claimed again
+        // meanwhile (a new epoch) is judged by its own claim.
+        let Some(q) = st.queues.get_mut(&name).filter(|q| q.epoch == epoch) else { continue };
+        if renewed.contains(&name) {
+            q.serve_until = q.serve_until.max(serve_until);
+        } else if let Some(gone) = st.queues.remove(&name) {
             st.bytes = st.bytes.saturating_sub(gone.bytes);
             gone.wake.notify_waiters();
         }

@@ -3,12 +3,18 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::TestBroker;
+use common::{Api, TestBroker};
+use queen_engine::{DbConfig, Engine, EngineOptions};
+use queen_server::ServerConfig;
 use serde_json::{json, Value};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
 
-async fn push(b: &TestBroker, queue: &str, partition: Option<&str>, payloads: &[Value]) -> (u16, Value) {
+async fn push(b: &Api, queue: &str, partition: Option<&str>, payloads: &[Value]) -> (u16, Value) {
     let messages: Vec<Value> = payloads.iter().map(|p| json!({"payload": p})).collect();
     let mut body = json!({"queue": queue, "messages": messages});
     if let Some(p) = partition {
@@ -234,4 +240,188 @@ async fn a_push_that_eviction_cannot_make_room_for_evicts_nothing() {
     let (status, body) = push(&b, "q", Some("b"), &[json!("b2"), json!("b3")]).await;
     assert_eq!((status, body["code"].clone()), (429, json!("queue_full")), "{body}");
     assert_eq!(payloads(&pop(&b, "q", "batch=10").await), [json!("a1"), json!("b1")], "nothing was evicted");
+}
+
+#[tokio::test]
+async fn a_waiting_pop_does_not_create_again_a_queue_deleted_while_it_waited() {
+    let b = TestBroker::start().await;
+    let sql = b.sql().await;
+    let rows = || async {
+        sql.query_one("SELECT count(*) FROM queen.ephemeral_queues WHERE queue = 'gone'", &[])
+            .await
+            .unwrap()
+            .get::<_, i64>(0)
+    };
+    let api = b.api();
+    let waiting =
+        tokio::spawn(async move { api.get("/api/v1/ephemeral/pop?queue=gone&wait=true&timeout=5000").await });
+    let until = Instant::now() + Duration::from_secs(5);
+    while rows().await == 0 {
+        assert!(Instant::now() < until, "the pop never claimed the queue");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (_, del) = b.delete("/api/v1/ephemeral/queue/gone").await;
+    assert_eq!(del["deleted"], true, "{del}");
+    let started = Instant::now();
+    let (status, body) = waiting.await.unwrap();
+    assert_eq!((status, body["messages"].clone()), (200, json!([])), "{body}");
+    assert!(started.elapsed() < Duration::from_secs(2), "answered when the queue went, not at its timeout");
+    assert_eq!(rows().await, 0, "the waiting pop created the deleted queue again");
+    let (status, _) = b.get("/api/v1/ephemeral/queues/gone/depth").await;
+    assert_eq!(status, 404);
+}
+
+/// A TCP proxy to PostgreSQL that the test cuts: the owner behind it can
+/// neither renew nor reach the database, while the other broker can.
+struct Proxy {
+    port: u16,
+    up: Arc<AtomicBool>,
+    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let up = Arc::new(AtomicBool::new(true));
+        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let (up2, links2) = (up.clone(), links.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !up2.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let link = tokio::spawn(async move {
+                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                links2.lock().unwrap().push(link);
+            }
+        });
+        Proxy { port, up, links }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, Ordering::SeqCst);
+        for link in self.links.lock().unwrap().drain(..) {
+            link.abort();
+        }
+    }
+
+    fn restore(&self) {
+        self.up.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The owner's heartbeats fail (its database link is cut): it stops serving
+/// (421) before the takeover time, the other broker takes over with a new
+/// epoch, and at no moment do both serve; back online, the old owner names
+/// the new one, and a renewal at its old epoch renews nothing.
+#[tokio::test]
+async fn an_owner_that_cannot_renew_stops_serving_before_another_broker_takes_over() {
+    let db = common::fresh_database().await;
+    let admin = common::admin_url();
+    let host_port =
+        admin.split('@').nth(1).and_then(|s| s.split('/').next()).unwrap_or("127.0.0.1:5432").to_owned();
+    let proxy = Proxy::start(host_port).await;
+    let engine = Arc::new(
+        Engine::connect(
+            &DbConfig {
+                url: Some(format!("postgres://postgres@127.0.0.1:{}/{db}", proxy.port)),
+                pool_size: 4,
+                ..DbConfig::default()
+            },
+            EngineOptions {
+                advertise_url: Some("http://owner-a.invalid".into()),
+                ..EngineOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let a = Api::new(format!("http://{}", listener.local_addr().unwrap()));
+    tokio::spawn(queen_server::serve(listener, engine, ServerConfig::default(), std::future::pending()));
+    let b = TestBroker::on_with_options(
+        &db,
+        EngineOptions { advertise_url: Some("http://owner-b.invalid".into()), ..EngineOptions::default() },
+    )
+    .await;
+
+    let (status, body) = a
+        .post("/api/v1/ephemeral/configure", &json!({"queue": "fenced", "options": {"maxLength": 100000}}))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(push(&a, "fenced", None, &[json!(0)]).await.0, 201);
+    let (status, body) = push(&b, "fenced", None, &[json!(0)]).await;
+    assert_eq!((status, body["owner"].clone()), (421, json!("http://owner-a.invalid")), "{body}");
+    let sql = b.sql().await;
+    let a_id: String = sql
+        .query_one("SELECT owner_id::text FROM queen.ephemeral_queues WHERE queue = 'fenced'", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    proxy.cut();
+    let cut = Instant::now();
+    let (mut last_a, mut first_b): (Option<Instant>, Option<Instant>) = (None, None);
+    loop {
+        let (sa, body_a) = push(&a, "fenced", None, &[json!("a")]).await;
+        let at_a = Instant::now();
+        let (sb, body_b) = push(&b, "fenced", None, &[json!("b")]).await;
+        let at_b = Instant::now();
+        match sa {
+            201 => last_a = Some(at_a),
+            _ => assert_eq!((sa, body_a["code"].clone()), (421, json!("ephemeral_not_owner")), "{body_a}"),
+        }
+        match sb {
+            201 => {
+                first_b.get_or_insert(at_b);
+            }
+            _ => assert_eq!(sb, 421, "{body_b}"),
+        }
+        assert!(sa != 201 || sb != 201, "two brokers serve one queue");
+        if let (Some(a_at), Some(b_at)) = (last_a, first_b) {
+            assert!(a_at < b_at, "the old owner served after the takeover");
+        }
+        if first_b.is_some_and(|t| t.elapsed() > Duration::from_secs(1)) {
+            break;
+        }
+        assert!(cut.elapsed() < Duration::from_secs(30), "the queue never moved");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let stopped = last_a.expect("the owner served right after the cut").duration_since(cut);
+    assert!(stopped < Duration::from_secs(6), "the owner served {stopped:?} after its link was cut");
+    let epoch: i64 = sql
+        .query_one("SELECT epoch FROM queen.ephemeral_queues WHERE queue = 'fenced'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(epoch, 2, "a takeover bumps the epoch");
+
+    // Back online: the old owner drops its copy and names the new owner.
+    proxy.restore();
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (status, body) = push(&a, "fenced", None, &[json!("a")]).await;
+        assert_ne!(status, 201, "the old owner serves again: {body}");
+        if body["owner"] == "http://owner-b.invalid" {
+            break;
+        }
+        assert!(Instant::now() < until, "the old owner never named the new one: {body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let renewed: i64 = sql
+        .query_one(
+            "SELECT count(*) FROM queen.ephemeral_renew($1::text::uuid, ARRAY['fenced'], ARRAY[1::bigint])",
+            &[&a_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(renewed, 0, "a late renewal at the old epoch renews nothing");
+    assert_eq!(push(&b, "fenced", None, &[json!("b")]).await.0, 201);
+    let (_, queues) = b.get("/api/v1/ephemeral/queues").await;
+    assert_eq!(queues["queues"][0]["options"]["maxLength"], 100000, "{queues}");
 }

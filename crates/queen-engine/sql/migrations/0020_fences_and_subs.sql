@@ -5,3 +5,7 @@ ALTER TABLE queen.timers ADD COLUMN producer_sub text;
 -- before that time, only messages created at or after it: the pop skips
 -- the lane's older head (queen.held_start) until the time has passed.
 ALTER TABLE queen.cursors ADD COLUMN hold_until timestamptz;
+-- Ephemeral ownership is fenced by an epoch: a takeover bumps it, and an
+-- owner renews only the (queue, epoch) pairs it holds, so a late renewal of
+-- an old owner renews nothing (queen.ephemeral_renew).
+ALTER TABLE queen.ephemeral_queues ADD COLUMN epoch bigint NOT NULL DEFAULT 1;
