@@ -309,6 +309,7 @@ impl Engine {
                 options.timer_fire_batch.max(1),
                 announce_fn(&waiters, &announcer),
                 timer_stats.clone(),
+                options.encryption_key.clone(),
                 shutdown_rx.clone(),
             ));
         }
@@ -628,11 +629,23 @@ impl Engine {
             });
         }
         let key_id = self.encryption_key().map(EncryptionKey::id);
+        // Whether this configure may turn encryption on: then what the queue
+        // stored before is sealed once it commits.
+        let was_plain = match serde_json::from_str::<serde_json::Value>(body).ok() {
+            Some(v) if asks_encryption => match v["queue"].as_str() {
+                Some(q) => !self.queue_encrypted(q).await?,
+                None => false,
+            },
+            _ => false,
+        };
         let answer =
             self.call_json("SELECT queen.configure($1::text::json, $2)::text", &[&body, &key_id]).await?;
         if let Ok(v) = answer.decode::<serde_json::Value>() {
             if let (Some(q), Some(on)) = (v["queue"].as_str(), v["options"]["encryptionEnabled"].as_bool()) {
                 self.sealed_queues().set(q, on);
+                if on && was_plain {
+                    self.seal_queue_at_rest(q).await?;
+                }
             }
             if let (Some(q), Some(ms)) = (v["queue"].as_str(), v["options"]["minPopWaitTime"].as_u64()) {
                 self.fill_waits().learn(q, ms);

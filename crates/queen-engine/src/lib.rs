@@ -60,7 +60,7 @@ pub use pg_tls::{split_tls_options, SslMode, TlsOptions};
 pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
 pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PAGE, MAX_FETCH_ENTRIES};
 pub use retention::RetentionStatsSnapshot;
-pub use sealing::{BadKey, EncryptionKey};
+pub use sealing::{rotate, BadKey, EncryptionKey, RotateReport, SEALED_TABLES};
 pub use spool::{SpoolError, SpoolOptions};
 pub use streams::{
     decode_cycle, decode_registration, decode_state_read, Cycle, CycleAck, StateRead, StreamRegistration,

@@ -86,6 +86,11 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../sql/migrations/0018_queue_options_16.sql"),
     },
     Migration {
+        version: 19,
+        name: "0019_encryption_gaps.sql",
+        sql: include_str!("../sql/migrations/0019_encryption_gaps.sql"),
+    },
+    Migration {
         version: 20,
         name: "0020_fences_and_subs.sql",
         sql: include_str!("../sql/migrations/0020_fences_and_subs.sql"),
@@ -111,6 +116,7 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/0015_retention.sql"),
     include_str!("../sql/functions/0016_streams.sql"),
     include_str!("../sql/functions/0017_ephemeral.sql"),
+    include_str!("../sql/functions/0019_reseal.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

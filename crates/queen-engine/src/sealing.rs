@@ -16,7 +16,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use aes_gcm::aead::{Aead, AeadCore, KeyInit, OsRng};
 use aes_gcm::{Aes256Gcm, Nonce};
@@ -24,6 +24,7 @@ use base64::Engine as _;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use crate::db::Pool;
 use crate::push::PushItem;
 use crate::{Engine, EngineError};
 
@@ -31,12 +32,16 @@ use crate::{Engine, EngineError};
 pub(crate) const SEALED_PREFIX: &str = r#"{"\u0000sealed":"v1."#;
 const NONCE_BYTES: usize = 12;
 
-/// An AES-256-GCM key. Its `Debug` never shows the key.
+/// The keys of encryption at rest: the current one, which seals every new
+/// write, and the retired ones a rotation still opens. Its `Debug` never
+/// shows a key.
 #[derive(Clone)]
 pub struct EncryptionKey {
     cipher: Aes256Gcm,
     /// Fingerprint: 8 hex digits of SHA-256 over a label and the key.
     id: String,
+    /// Retired keys (id, cipher): opened, never used to seal.
+    retired: Arc<Vec<(String, Aes256Gcm)>>,
 }
 
 impl fmt::Debug for EncryptionKey {
@@ -47,29 +52,72 @@ impl fmt::Debug for EncryptionKey {
 
 /// Why a key string was refused.
 #[derive(Debug, thiserror::Error)]
-#[error("QUEEN_ENCRYPTION_KEY must be 64 hexadecimal characters (a 256-bit key)")]
-pub struct BadKey;
+#[error("{0}")]
+pub struct BadKey(String);
+
+fn parse_hex(hex: &str, var: &str) -> Result<(Aes256Gcm, String), BadKey> {
+    let hex = hex.trim();
+    let bad = || BadKey(format!("{var} must hold 64 hexadecimal characters (a 256-bit key)"));
+    if hex.len() != 64 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut key = [0u8; 32];
+    for (i, byte) in key.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    let digest = Sha256::new().chain_update(b"queen-rs encryption key id\0").chain_update(key).finalize();
+    let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    Ok((Aes256Gcm::new(&key.into()), id))
+}
 
 impl EncryptionKey {
     /// A key from 64 hexadecimal characters, as Queen takes it.
     pub fn from_hex(hex: &str) -> Result<Self, BadKey> {
-        let hex = hex.trim();
-        if hex.len() != 64 || !hex.is_ascii() {
-            return Err(BadKey);
-        }
-        let mut key = [0u8; 32];
-        for (i, byte) in key.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| BadKey)?;
-        }
-        let digest = Sha256::new().chain_update(b"queen-rs encryption key id\0").chain_update(key).finalize();
-        let id = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
-        Ok(EncryptionKey { cipher: Aes256Gcm::new(&key.into()), id })
+        let (cipher, id) = parse_hex(hex, "QUEEN_ENCRYPTION_KEY")?;
+        Ok(EncryptionKey { cipher, id, retired: Arc::new(Vec::new()) })
     }
 
-    /// The key's fingerprint, stored with an encrypted queue and in each
-    /// envelope, so a broker with another key is refused, not misled.
+    /// Several keys, `QUEEN_ENCRYPTION_KEYS`: comma-separated entries
+    /// `[*][label:]hex`, the current one marked `*` (optional when there is
+    /// one). Labels are for people; rows name a key by its fingerprint, so a
+    /// label can never be attached to the wrong key.
+    pub fn from_ring(spec: &str) -> Result<Self, BadKey> {
+        const VAR: &str = "QUEEN_ENCRYPTION_KEYS";
+        let mut current = None;
+        let mut retired = Vec::new();
+        let entries: Vec<&str> = spec.split(',').map(str::trim).filter(|e| !e.is_empty()).collect();
+        for entry in &entries {
+            let (starred, rest) = match entry.strip_prefix('*') {
+                Some(rest) => (true, rest),
+                None => (false, *entry),
+            };
+            let hex = rest.rsplit_once(':').map_or(rest, |(_, hex)| hex);
+            let (cipher, id) = parse_hex(hex, VAR)?;
+            if starred || entries.len() == 1 {
+                if current.is_some() {
+                    return Err(BadKey(format!("{VAR} marks more than one key current (*)")));
+                }
+                current = Some((cipher, id));
+            } else {
+                retired.push((id, cipher));
+            }
+        }
+        let (cipher, id) = current.ok_or_else(|| {
+            BadKey(format!("{VAR} must mark its current key with * (as in old:HEX,*new:HEX)"))
+        })?;
+        retired.retain(|(other, _)| *other != id);
+        Ok(EncryptionKey { cipher, id, retired: Arc::new(retired) })
+    }
+
+    /// The current key's fingerprint, stored with an encrypted queue and in
+    /// each envelope, so a broker with another key is refused, not misled.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Every key id this broker opens, the current one first.
+    pub fn ids(&self) -> Vec<String> {
+        std::iter::once(self.id.clone()).chain(self.retired.iter().map(|(id, _)| id.clone())).collect()
     }
 
     /// The envelope of `plaintext` (a JSON text), itself a JSON text.
@@ -86,15 +134,24 @@ impl EncryptionKey {
         Ok(format!("{SEALED_PREFIX}{}.{b64}\"}}", self.id))
     }
 
-    /// The plaintext JSON of an envelope's `<key id>.<base64>` part.
+    /// The plaintext JSON of an envelope's `<key id>.<base64>` part, with
+    /// whichever of this broker's keys sealed it.
     fn open(&self, sealed: &str) -> Result<String, EngineError> {
         let (key_id, b64) = sealed.split_once('.').unwrap_or(("", sealed));
-        if key_id != self.id {
-            return Err(EngineError::Encryption(format!(
-                "a payload is sealed with key id {key_id}, and this broker's QUEEN_ENCRYPTION_KEY has id {}",
-                self.id
-            )));
-        }
+        let cipher = if key_id == self.id {
+            &self.cipher
+        } else {
+            match self.retired.iter().find(|(id, _)| id == key_id) {
+                Some((_, cipher)) => cipher,
+                None => {
+                    return Err(EngineError::Encryption(format!(
+                        "a payload is sealed with key id {key_id}, which is not among this broker's keys \
+                         (ids {}); add it to QUEEN_ENCRYPTION_KEYS",
+                        self.ids().join(", ")
+                    )))
+                }
+            }
+        };
         let unreadable = || {
             EngineError::Encryption(
                 "an encrypted payload cannot be decrypted with this broker's QUEEN_ENCRYPTION_KEY \
@@ -107,8 +164,26 @@ impl EncryptionKey {
             return Err(unreadable());
         }
         let (nonce, sealed) = blob.split_at(NONCE_BYTES);
-        let plain = self.cipher.decrypt(Nonce::from_slice(nonce), sealed).map_err(|_| unreadable())?;
+        let plain = cipher.decrypt(Nonce::from_slice(nonce), sealed).map_err(|_| unreadable())?;
         String::from_utf8(plain).map_err(|_| unreadable())
+    }
+
+    /// `text` sealed with the current key: a plain JSON text sealed, an
+    /// envelope of another key opened and sealed again. `None` when it
+    /// already is (SQL NULL counts as JSON `null`).
+    pub(crate) fn reseal(&self, text: Option<&str>) -> Result<Option<String>, EngineError> {
+        let text = text.unwrap_or("null");
+        let plain = match text.strip_prefix(SEALED_PREFIX) {
+            Some(rest) if rest.starts_with(&format!("{}.", self.id)) => return Ok(None),
+            Some(rest) => {
+                let body = rest.strip_suffix("\"}").ok_or_else(|| {
+                    EngineError::Protocol("an encrypted payload's envelope is cut short".into())
+                })?;
+                self.open(body)?
+            }
+            None => text.to_owned(),
+        };
+        Ok(Some(self.seal(&plain)?))
     }
 }
 
@@ -218,6 +293,22 @@ impl Engine {
         Ok(std::borrow::Cow::Owned(out))
     }
 
+    /// Whether this engine believes `queue` is encrypted (a hint).
+    pub(crate) fn is_sealed_queue(&self, queue: &str) -> bool {
+        self.sealed_queues().contains(queue)
+    }
+
+    /// Whether a queue is encrypted now (false when it does not exist).
+    pub(crate) async fn queue_encrypted(&self, queue: &str) -> Result<bool, EngineError> {
+        let client = self.pool().get().await?;
+        let stmt = client
+            .prepare_cached(
+                "SELECT coalesce(bool_or(encryption_enabled), false) FROM queen.queues WHERE name = $1",
+            )
+            .await?;
+        Ok(client.query_one(&stmt, &[&queue]).await?.try_get(0)?)
+    }
+
     /// Re-reads the encryption flag of `queues` after a QN409.
     pub(crate) async fn refresh_sealed(&self, queues: &[String]) -> Result<(), EngineError> {
         let client = self.pool().get().await?;
@@ -230,6 +321,174 @@ impl Engine {
             let encrypted = rows.iter().any(|r| r.get::<_, &str>(0) == q && r.get::<_, bool>(1));
             self.sealed_queues().set(q, encrypted);
         }
+        Ok(())
+    }
+}
+
+/// The tables whose rows hold payloads that may be sealed, in pass order.
+pub const SEALED_TABLES: [&str; 4] = ["messages", "dead_letters", "timers", "stream_state"];
+
+/// The key before every row of a table, for `queen.reseal_page`.
+fn first_key(table: &str) -> [String; 3] {
+    const NIL: &str = "00000000-0000-0000-0000-000000000000";
+    match table {
+        "messages" => [NIL.into(), "-1".into(), String::new()],
+        "dead_letters" => ["0".into(), String::new(), String::new()],
+        "stream_state" => [NIL.into(), NIL.into(), String::new()],
+        _ => [String::new(), String::new(), String::new()],
+    }
+}
+
+/// Seals with `key`'s current key every row of `tables` (of `queue`, or
+/// of all queues) not already sealed with it: plain rows of encrypted
+/// queues, and rows sealed with a retired key. Pages of `batch` rows, each
+/// read, sealed here and written back over its unchanged text in its own
+/// short transaction, so the pass runs beside live brokers and a pass cut
+/// short is simply run again. `on_page` hears each page's table and count.
+pub(crate) async fn reseal_tables(
+    pool: &Pool,
+    key: &EncryptionKey,
+    queue: Option<&str>,
+    tables: &[&str],
+    batch: i32,
+    mut on_page: impl FnMut(&str, u64),
+) -> Result<u64, EngineError> {
+    let batch = batch.max(1);
+    let mut total = 0u64;
+    for table in tables {
+        let mut at = first_key(table);
+        loop {
+            let client = pool.get().await?;
+            let stmt = client
+                .prepare_cached("SELECT k1, k2, k3, old FROM queen.reseal_page($1, $2, $3, $4, $5, $6, $7)")
+                .await?;
+            let rows =
+                client.query(&stmt, &[table, &at[0], &at[1], &at[2], &queue, &key.id(), &batch]).await?;
+            let (mut k1, mut k2, mut k3, mut old, mut new) = (vec![], vec![], vec![], vec![], vec![]);
+            for row in &rows {
+                let before: Option<String> = row.try_get(3)?;
+                if let Some(sealed) = key.reseal(before.as_deref())? {
+                    k1.push(row.try_get::<_, String>(0)?);
+                    k2.push(row.try_get::<_, String>(1)?);
+                    k3.push(row.try_get::<_, String>(2)?);
+                    old.push(before);
+                    new.push(sealed);
+                }
+            }
+            if let Some(last) = rows.last() {
+                at = [last.try_get(0)?, last.try_get(1)?, last.try_get(2)?];
+            }
+            if !new.is_empty() {
+                let stmt = client.prepare_cached("SELECT queen.reseal_apply($1, $2, $3, $4, $5, $6)").await?;
+                let n: i32 =
+                    client.query_one(&stmt, &[table, &k1, &k2, &k3, &old, &new]).await?.try_get(0)?;
+                total += n.max(0) as u64;
+                on_page(table, n.max(0) as u64);
+            }
+            if rows.len() < batch as usize {
+                break;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// What `queen encryption rotate` did.
+#[derive(Debug, Clone, Default)]
+pub struct RotateReport {
+    /// Rows sealed again (or sealed for the first time) with the current key.
+    pub sealed: u64,
+    /// Key ids still found in rows after the pass (a broker still sealing
+    /// with an old current key); empty when the rotation is complete.
+    pub remaining: Vec<String>,
+}
+
+/// `queen encryption rotate`: moves every encrypted queue to the current
+/// key, re-seals every row in pages of `batch` (online, resumable), and
+/// forgets the retired keys once no row is sealed with them.
+pub async fn rotate(
+    db: &crate::DbConfig,
+    key: &EncryptionKey,
+    batch: i32,
+    on_page: impl FnMut(&str, u64),
+) -> Result<RotateReport, EngineError> {
+    let pool = Pool::new(db.pool()?, db.prepared_statements);
+    {
+        let mut client = pool.get().await?;
+        crate::migrate(&mut client).await?;
+        let stmt = client
+            .prepare_cached(
+                "WITH moved AS (UPDATE queen.queues SET encryption_key_id = $1 \
+                   WHERE encryption_key_id IS NOT NULL AND encryption_key_id <> $1 RETURNING 1) \
+                 INSERT INTO queen.encryption_keys (key_id) VALUES ($1) ON CONFLICT DO NOTHING",
+            )
+            .await?;
+        client.execute(&stmt, &[&key.id()]).await?;
+    }
+    let sealed = reseal_tables(&pool, key, None, &SEALED_TABLES, batch, on_page).await?;
+    let client = pool.get().await?;
+    let keep = vec![key.id().to_owned()];
+    let stmt = client.prepare_cached("SELECT queen.sealed_key_ids_other_than($1)").await?;
+    let remaining: Vec<String> = client.query_one(&stmt, &[&keep]).await?.try_get(0)?;
+    if remaining.is_empty() {
+        let stmt = client.prepare_cached("DELETE FROM queen.encryption_keys WHERE key_id <> $1").await?;
+        client.execute(&stmt, &[&key.id()]).await?;
+    }
+    Ok(RotateReport { sealed, remaining })
+}
+
+impl Engine {
+    /// Seals what a queue stored before its encryption was turned on (its
+    /// messages, dead letters, timers and stream state). Run after the
+    /// configure commits: configure waits for pushes in flight, so every
+    /// plain row of the queue is visible to this pass.
+    pub(crate) async fn seal_queue_at_rest(&self, queue: &str) -> Result<u64, EngineError> {
+        let Some(key) = self.encryption_key() else { return Ok(0) };
+        reseal_tables(self.pool(), key, Some(queue), &SEALED_TABLES, 500, |_, _| {}).await
+    }
+
+    /// At start-up, after the migrations: refuses to serve when rows are
+    /// sealed with a key this broker does not hold (naming it); moves the
+    /// queues of a retired key it holds to its current key; records its
+    /// current key as one that may seal rows. `queen serve` runs it after
+    /// `migrate` (not `queen migrate`, which holds no key).
+    pub async fn check_encryption_keys(&self) -> Result<(), EngineError> {
+        let ids = self.encryption_key().map(EncryptionKey::ids).unwrap_or_default();
+        let client = self.pool().get().await?;
+        if let Some(key) = self.encryption_key() {
+            let stmt = client
+                .prepare_cached(
+                    "WITH moved AS (UPDATE queen.queues SET encryption_key_id = $1 \
+                       WHERE encryption_key_id = ANY ($2) AND encryption_key_id <> $1 RETURNING 1) \
+                     INSERT INTO queen.encryption_keys (key_id) \
+                     SELECT $1 WHERE EXISTS (SELECT 1 FROM queen.queues WHERE encryption_key_id IS NOT NULL) \
+                        OR EXISTS (SELECT 1 FROM moved) \
+                     ON CONFLICT DO NOTHING",
+                )
+                .await?;
+            client.execute(&stmt, &[&key.id(), &ids]).await?;
+        }
+        let stmt = client
+            .prepare_cached("SELECT coalesce(array_agg(key_id ORDER BY key_id), '{}') FROM queen.encryption_keys WHERE NOT key_id = ANY ($1)")
+            .await?;
+        let missing: Vec<String> = client.query_one(&stmt, &[&ids]).await?.try_get(0)?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        // A key recorded but not held: look for its rows (a scan, only in
+        // this case); a key no row uses any more is forgotten.
+        let stmt = client.prepare_cached("SELECT queen.sealed_key_ids_other_than($1)").await?;
+        let found: Vec<String> = client.query_one(&stmt, &[&ids]).await?.try_get(0)?;
+        if let Some(id) = found.first() {
+            return Err(EngineError::Encryption(format!(
+                "rows are sealed with key id {id}, which this broker does not have (its key ids: {}); \
+                 add that key to QUEEN_ENCRYPTION_KEYS, or re-seal with `queen encryption rotate` \
+                 on a host that holds it",
+                if ids.is_empty() { "none".to_owned() } else { ids.join(", ") }
+            )));
+        }
+        let stmt = client.prepare_cached("DELETE FROM queen.encryption_keys WHERE key_id = ANY ($1)").await?;
+        client.execute(&stmt, &[&missing]).await?;
         Ok(())
     }
 }

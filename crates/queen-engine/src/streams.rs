@@ -308,11 +308,14 @@ impl Engine {
         let (Some(query), Some(partition)) = (r.query_id, r.partition_id) else {
             return Ok(Json(r#"{"success":true,"rows":[]}"#.into()));
         };
-        self.call_json(
-            include_str!("../sql/statements/stream_state.sql"),
-            &[&query, &partition, &r.keys, &r.key_prefix, &r.ripe_at_or_before],
-        )
-        .await
+        let answer = self
+            .call_json(
+                include_str!("../sql/statements/stream_state.sql"),
+                &[&query, &partition, &r.keys, &r.key_prefix, &r.ripe_at_or_before],
+            )
+            .await?;
+        // Sealed state (an encrypted source) is opened here.
+        Ok(Json(self.open_sealed(answer.0)?))
     }
 
     /// `POST /streams/v1/cycle`.
@@ -334,21 +337,45 @@ impl Engine {
 
     /// Commits one cycle; a refusal is `EngineError::Refused` with the runner's answer.
     pub async fn stream_cycle_run(&self, c: &Cycle) -> Result<Json, EngineError> {
-        match self.stream_cycle_sealed(c).await {
-            // An emit bound for a queue that just turned encrypted: learn it, seal, resend.
-            Err(EngineError::EncryptionChanged(queues)) => {
-                self.refresh_sealed(&queues).await?;
-                self.stream_cycle_sealed(c).await
+        let mut seal_state = false;
+        let mut tries = 0;
+        loop {
+            let sealed_before: Vec<String> =
+                c.pushes.iter().map(|p| p.queue.clone()).filter(|q| self.is_sealed_queue(q)).collect();
+            match self.stream_cycle_sealed(c, seal_state).await {
+                // An emit bound for a queue that just turned encrypted, or
+                // state of an encrypted source: learn it, seal, resend. A
+                // queue named whose emits were already sealed can only be
+                // the source, so its state is sealed from then on.
+                Err(EngineError::EncryptionChanged(queues)) if tries < 3 => {
+                    tries += 1;
+                    let source = queues.iter().all(|q| sealed_before.contains(q));
+                    let source = source || queues.iter().all(|q| !c.pushes.iter().any(|p| &p.queue == q));
+                    self.refresh_sealed(&queues).await?;
+                    seal_state = seal_state || source;
+                }
+                other => return other,
             }
-            other => other,
         }
     }
 
-    async fn stream_cycle_sealed(&self, c: &Cycle) -> Result<Json, EngineError> {
+    async fn stream_cycle_sealed(&self, c: &Cycle, seal_state: bool) -> Result<Json, EngineError> {
         let pushes = self.seal_items(&c.pushes)?;
         let push = PushColumns::of(pushes.iter());
         let upsert_keys: Vec<&str> = c.upserts.iter().map(|(k, _)| k.as_str()).collect();
         let upsert_values: Vec<&str> = c.upserts.iter().map(|(_, v)| v.get()).collect();
+        // The state of an encrypted source, sealed (SQL keeps only windowEnd of the value).
+        let upsert_sealed: Option<Vec<String>> = match (
+            seal_state && !c.upserts.is_empty(),
+            self.encryption_key(),
+        ) {
+            (false, _) => None,
+            (true, None) => return Err(EngineError::Encryption(
+                "a stream's source queue is encrypted at rest and this broker has no QUEEN_ENCRYPTION_KEY"
+                    .into(),
+            )),
+            (true, Some(key)) => Some(upsert_values.iter().map(|v| key.seal(v)).collect::<Result<_, _>>()?),
+        };
         let ack = c.ack.as_ref();
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../sql/statements/stream_cycle.sql")).await?;
@@ -361,6 +388,7 @@ impl Engine {
                     &c.consumer_group,
                     &upsert_keys,
                     &upsert_values,
+                    &upsert_sealed,
                     &c.deletes,
                     &push.queues,
                     &push.partitions,

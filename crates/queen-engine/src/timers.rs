@@ -444,7 +444,8 @@ impl Engine {
     /// Fires up to `limit` due timers in one transaction (the sweeper
     /// calls this on every broker; tests call it to fire now).
     pub async fn fire_due_timers(&self, limit: i32) -> Result<Fired, EngineError> {
-        fire_once(self.pool(), limit, &self.announce_fn(), self.timer_stats_ref()).await
+        fire_sealed(self.pool(), limit, &self.announce_fn(), self.timer_stats_ref(), self.encryption_key())
+            .await
     }
 
     /// Timers fired by this engine, and their fire lag.
@@ -540,6 +541,27 @@ pub(crate) async fn fire_once(
     Ok(fired)
 }
 
+/// Fires due timers; a plain timer of a queue that turned encrypted (one the
+/// sealing pass after its configure missed, cut short) makes `timers_fire`
+/// refuse the round (QN409): its timers are sealed here, and fired again.
+async fn fire_sealed(
+    pool: &Pool,
+    limit: i32,
+    announce: &Announce,
+    stats: &TimerStats,
+    key: Option<&crate::EncryptionKey>,
+) -> Result<Fired, EngineError> {
+    match (fire_once(pool, limit, announce, stats).await, key) {
+        (Err(EngineError::EncryptionChanged(queues)), Some(key)) => {
+            for q in &queues {
+                crate::sealing::reseal_tables(pool, key, Some(q), &["timers"], limit, |_, _| {}).await?;
+            }
+            fire_once(pool, limit, announce, stats).await
+        }
+        (other, _) => other,
+    }
+}
+
 /// Seconds until the earliest pending timer is due (negative: overdue).
 async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError> {
     let client = pool.get().await?;
@@ -560,6 +582,7 @@ pub(crate) async fn sweep_timers(
     batch: i32,
     announce: Announce,
     stats: Arc<TimerStats>,
+    key: Option<crate::EncryptionKey>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     // Idle, the sweeper sleeps until the next due timer, at most `IDLE_ROUNDS`
@@ -575,7 +598,7 @@ pub(crate) async fn sweep_timers(
             _ = shutdown.changed() => return,
         }
         loop {
-            match fire_once(&pool, batch, &announce, &stats).await {
+            match fire_sealed(&pool, batch, &announce, &stats, key.as_ref()).await {
                 Ok(f) if f.fired as i32 >= batch && !*shutdown.borrow() => continue,
                 Ok(_) => break,
                 Err(e) => {

@@ -44,10 +44,50 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Apply the schema migrations and exit.
     Migrate(DbArgs),
+    /// Encryption at rest: `rotate` re-seals every stored row with the current key.
+    #[command(subcommand)]
+    Encryption(EncryptionCommand),
     /// Measure the broker against pgbench running our SQL functions and plain SQL, in one run.
     Bench(queen_bench::BenchArgs),
     #[command(flatten)]
     Client(cli::ClientCommand),
+}
+
+#[derive(Subcommand)]
+enum EncryptionCommand {
+    /// Re-seal every stored payload (messages, dead letters, timers, stream state) with the
+    /// current key, in batches that each commit on their own: online beside serving brokers,
+    /// and safe to stop and run again. Then point every encrypted queue at the current key and
+    /// forget the retired keys no row uses.
+    Rotate(RotateArgs),
+}
+
+#[derive(Args)]
+struct RotateArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// The key (as QUEEN_ENCRYPTION_KEY) when there is one.
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
+    encryption_key: Option<String>,
+    /// The keys, current one marked `*` (as QUEEN_ENCRYPTION_KEYS): every old key rows are
+    /// sealed with, and the new one.
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEYS", hide_env_values = true, conflicts_with = "encryption_key")]
+    encryption_keys: Option<String>,
+    /// Rows per batch (one transaction each).
+    #[arg(long, default_value_t = 500)]
+    batch: i32,
+}
+
+/// The broker's keys from QUEEN_ENCRYPTION_KEY (one key) or QUEEN_ENCRYPTION_KEYS (a ring).
+fn encryption_key(
+    one: Option<&str>,
+    ring: Option<&str>,
+) -> anyhow::Result<Option<queen_engine::EncryptionKey>> {
+    Ok(match (one.filter(|k| !k.is_empty()), ring.filter(|k| !k.is_empty())) {
+        (_, Some(ring)) => Some(queen_engine::EncryptionKey::from_ring(ring)?),
+        (Some(one), None) => Some(queen_engine::EncryptionKey::from_hex(one)?),
+        (None, None) => None,
+    })
 }
 
 #[derive(Args, Clone)]
@@ -166,6 +206,10 @@ struct ServeArgs {
     /// AES-256 key. Every broker on the database needs the same one.
     #[arg(long, env = "QUEEN_ENCRYPTION_KEY", hide_env_values = true)]
     encryption_key: Option<String>,
+    /// Several keys, for a rotation: `[*][label:]HEX,...`, the current one (which seals every
+    /// new write) marked `*`; the others are only opened. Instead of QUEEN_ENCRYPTION_KEY.
+    #[arg(long, env = "QUEEN_ENCRYPTION_KEYS", hide_env_values = true, conflicts_with = "encryption_key")]
+    encryption_keys: Option<String>,
     /// Keep pushes that cannot reach PostgreSQL (or find pushes paused) in a file spool, fsynced
     /// before the 201 `buffered`, and drain them when the database is back; `false`: such pushes
     /// are answered 503.
@@ -409,10 +453,36 @@ fn main() -> anyhow::Result<()> {
                 println!("migrations applied");
                 Ok(())
             }
+            Command::Encryption(EncryptionCommand::Rotate(args)) => rotate(args).await,
         }
     });
     telemetry.shutdown();
     result
+}
+
+/// `queen encryption rotate`.
+async fn rotate(args: RotateArgs) -> anyhow::Result<()> {
+    let db = args
+        .db
+        .db_config()
+        .context("no database given: pass --database-url or set QUEEN_DATABASE_URL / PG_HOST")?;
+    let key = encryption_key(args.encryption_key.as_deref(), args.encryption_keys.as_deref())?
+        .context("no key: set QUEEN_ENCRYPTION_KEYS (old keys and the current one, marked *)")?;
+    eprintln!("re-sealing with key id {} (batches of {})", key.id(), args.batch.max(1));
+    let report = queen_engine::rotate(&db, &key, args.batch, |table, n| {
+        eprintln!("{table}: {n} rows re-sealed");
+    })
+    .await?;
+    if !report.remaining.is_empty() {
+        anyhow::bail!(
+            "{} rows re-sealed, but rows sealed with key ids {} remain (a broker still seals with an old \
+             current key?); fix its QUEEN_ENCRYPTION_KEYS and run again",
+            report.sealed,
+            report.remaining.join(", ")
+        );
+    }
+    println!("{} rows re-sealed; every row is sealed with key id {}", report.sealed, key.id());
+    Ok(())
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -486,12 +556,7 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
             let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
             format!("{scheme}://{host}:{}", args.port)
         })),
-        encryption_key: args
-            .encryption_key
-            .as_deref()
-            .filter(|k| !k.is_empty())
-            .map(queen_engine::EncryptionKey::from_hex)
-            .transpose()?,
+        encryption_key: encryption_key(args.encryption_key.as_deref(), args.encryption_keys.as_deref())?,
     };
     let engine = Arc::new(Engine::connect(db, options)?);
     // A database that is still starting is waited for; anything else is fatal.
@@ -507,6 +572,8 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
             Err(e) => return Err(e).context("migrating the database"),
         }
     }
+    // Rows sealed with a key this broker lacks: refuse to serve.
+    engine.check_encryption_keys().await.context("checking the encryption keys")?;
     let addr: SocketAddr = format!("{}:{}", args.host, args.port)
         .parse()
         .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;

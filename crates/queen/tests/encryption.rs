@@ -182,7 +182,8 @@ async fn a_broker_that_missed_the_configure_still_seals() {
         .await;
     let rows = stored(&a, "flip").await;
     assert_eq!(rows.len(), 42);
-    assert_eq!(rows.iter().filter(|(_, sealed)| !*sealed).count(), 1, "only the message pushed before");
+    // The message pushed before the switch was sealed by the configure's pass.
+    assert!(rows.iter().all(|(text, sealed)| *sealed && !text.contains("PLAIN")), "{rows:?}");
     let popped = a.pop_some("flip", "batch=1&partition=Default").await;
     assert_eq!(popped["messages"][0]["data"], json!({"v": "PLAIN"}));
 }
@@ -237,4 +238,189 @@ async fn a_queue_that_was_encrypted_still_needs_its_key_to_pop_after_encryption_
     // Nothing was consumed: the keyed broker still gets it.
     let popped = b.pop_some("vault", "batch=1").await;
     assert_eq!(popped["messages"][0]["data"], secret(1));
+}
+
+/// Every stored text holding `marker` in a table that may hold a payload
+/// (messages, dead letters, timers, stream state), named by its table.
+async fn plaintext_anywhere(b: &TestBroker, marker: &str) -> Vec<String> {
+    b.sql()
+        .await
+        .query(
+            "SELECT 'messages: ' || payload::text FROM queen.messages WHERE strpos(payload::text, $1) > 0
+             UNION ALL SELECT 'dead_letters: ' || payload::text FROM queen.dead_letters
+                        WHERE strpos(payload::text, $1) > 0
+             UNION ALL SELECT 'timers: ' || payload::text FROM queen.timers WHERE strpos(payload::text, $1) > 0
+             UNION ALL SELECT 'stream_state: ' || value::text || coalesce(sealed, '') FROM queen.stream_state
+                        WHERE strpos(value::text || coalesce(sealed, ''), $1) > 0",
+            &[&marker],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Pushes race the configure that turns encryption on, from a broker that
+/// believes the queue is plain (its hint is stale), on one partition (the
+/// short path) and on several (the set-based path). Whatever committed
+/// before the switch is sealed by the configure's pass, whatever after is
+/// sealed by the push: no table holds the marker once configure answers.
+#[tokio::test]
+async fn pushes_racing_the_switch_leave_no_plaintext_in_any_table() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let a = TestBroker::start_with_options(with_key(KEY)).await;
+    let b = TestBroker::on_with_options(&a.db, with_key(KEY)).await;
+    for round in 0..8u64 {
+        let queue = format!("race{round}");
+        a.configure_ok(&queue, json!({"retryLimit": 0})).await;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut pushers = Vec::new();
+        for w in 0..4 {
+            let (api, stop, queue) = (a.api(), stop.clone(), queue.clone());
+            pushers.push(tokio::spawn(async move {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let parts = if w % 2 == 0 { 1 } else { 3 };
+                    let items: Vec<Value> = (0..parts)
+                        .map(|p| {
+                            json!({"queue": queue, "partition": format!("p{p}"),
+                                        "payload": {"m": format!("RACEMARK-{w}-{n}-{p}")}})
+                        })
+                        .collect();
+                    api.push_items(json!(items)).await;
+                    n += 1;
+                }
+                n
+            }));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10 + 7 * round)).await;
+        b.configure_ok(&queue, json!({"encryptionEnabled": true})).await;
+        let leaks = plaintext_anywhere(&a, "RACEMARK").await;
+        assert!(leaks.is_empty(), "round {round}: plaintext after the switch answered: {leaks:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        stop.store(true, Ordering::Relaxed);
+        for p in pushers {
+            assert!(p.await.unwrap() > 0);
+        }
+        let leaks = plaintext_anywhere(&a, "RACEMARK").await;
+        assert!(leaks.is_empty(), "round {round}: {leaks:?}");
+        // Every pushed message reads back.
+        let n = a
+            .scalar(&format!(
+                "SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+                   JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = '{queue}'"
+            ))
+            .await;
+        let popped = a.pop_some(&queue, "batch=10000&autoAck=true").await;
+        let data = popped["messages"].as_array().unwrap();
+        assert!(data.iter().all(|m| m["data"]["m"].as_str().unwrap().starts_with("RACEMARK")));
+        assert!(n > 0);
+    }
+}
+
+/// What a queue held before its encryption was turned on (a message, a dead
+/// letter, a timer, a stream's state) is sealed by the switch and still
+/// reads back; state written after it is sealed by the cycle; a plain timer
+/// the pass missed is sealed when it fires, never fired plain.
+#[tokio::test]
+async fn what_a_queue_held_before_the_switch_is_sealed_timers_and_stream_state_included() {
+    let a =
+        TestBroker::start_with_options(EngineOptions { timer_sweep_interval: None, ..with_key(KEY) }).await;
+    a.configure_ok("before", json!({"retryLimit": 0})).await;
+    // A dead letter.
+    a.push("before", "Default", &[("dead", json!({"m": "OLDMARK-dead"}))]).await;
+    let popped = a.pop_some("before", "batch=1");
+    let popped = popped.await;
+    a.ack(&popped["messages"][0], "failed", None).await;
+    assert_eq!(a.scalar("SELECT count(*) FROM queen.dead_letters").await, 1);
+    // A message, a timer due later.
+    a.push("before", "Default", &[("live", json!({"m": "OLDMARK-live"}))]).await;
+    let payload = base64::engine::general_purpose::STANDARD.encode(json!({"m": "OLDMARK-timer"}).to_string());
+    let (status, body) = a
+        .post(
+            "/api/v1/timers",
+            &json!({"operations": [{"op": "schedule", "queue": "before", "timerKey": "t", "payload": payload,
+                                     "delayMs": 600000}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // Stream state of the queue as a source.
+    let (status, reg) = a
+        .post(
+            "/streams/v1/queries",
+            &json!({"name": "sq", "source_queue": "before", "sink_queue": "sink", "config_hash": "h"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{reg}");
+    let qid = reg["query_id"].as_str().unwrap().to_owned();
+    a.push("before", "Default", &[("src1", json!({"m": "OLDMARK-src"}))]).await;
+    let cycle = |pop: &Value, key: &str, value: Value| {
+        let msgs = pop["messages"].as_array().unwrap();
+        json!({"query_id": qid, "partition_id": pop["partitionId"], "consumer_group": "g",
+               "state_ops": [{"type": "upsert", "key": key, "value": value}], "push_items": [],
+               "ack": {"transactionId": msgs[msgs.len() - 1]["transactionId"], "leaseId": pop["leaseId"],
+                       "status": "completed", "count": msgs.len()},
+               "release_lease": true})
+    };
+    let pop = a.pop_some("before", "batch=10&consumerGroup=g&subscriptionMode=all").await;
+    let pid = pop["partitionId"].as_str().unwrap().to_owned();
+    let old_state = json!({"windowEnd": 100, "secret": "OLDMARK-state"});
+    let (_, ok) = a.post("/streams/v1/cycle", &cycle(&pop, "w1", old_state.clone())).await;
+    assert_eq!(ok["success"], true, "{ok}");
+    assert!(plaintext_anywhere(&a, "OLDMARK").await.len() >= 5, "every table holds the marker before");
+
+    a.configure_ok("before", json!({"encryptionEnabled": true})).await;
+    let leaks = plaintext_anywhere(&a, "OLDMARK").await;
+    assert!(leaks.is_empty(), "{leaks:?}");
+
+    // State after the switch is sealed by the cycle; both read back, and the
+    // ripe filter still sees windowEnd.
+    a.push("before", "Default", &[("src2", json!({"m": 2}))]).await;
+    let pop = a.pop_some("before", "batch=10&consumerGroup=g").await;
+    let new_state = json!({"windowEnd": 300, "secret": "NEWMARK-state"});
+    let (_, ok) = a.post("/streams/v1/cycle", &cycle(&pop, "w2", new_state.clone())).await;
+    assert_eq!(ok["success"], true, "{ok}");
+    assert!(plaintext_anywhere(&a, "NEWMARK").await.is_empty());
+    let read = |ripe: Option<i64>| {
+        let mut body = json!({"query_id": qid, "partition_id": pid, "keys": []});
+        if let Some(r) = ripe {
+            body["ripe_at_or_before"] = json!(r);
+        }
+        let a = &a;
+        async move { a.post("/streams/v1/state/get", &body).await.1 }
+    };
+    let all = read(None).await;
+    assert_eq!(all["rows"][0]["value"], old_state, "{all}");
+    assert_eq!(all["rows"][1]["value"], new_state, "{all}");
+    let ripe = read(Some(150)).await;
+    assert_eq!(ripe["rows"].as_array().unwrap().len(), 1, "{ripe}");
+    assert_eq!(ripe["rows"][0]["key"], "w1");
+
+    // The timer from before the switch fires sealed and reads back.
+    let sql = a.sql().await;
+    sql.execute("UPDATE queen.timers SET deliver_at = now() - interval '1 second'", &[]).await.unwrap();
+    // A plain timer the sealing pass missed (as if it was cut short).
+    sql.execute(
+        "INSERT INTO queen.timers (queue_name, timer_key, partition_name, payload, txn, message_id, deliver_at)
+         VALUES ('before', 'raw', 'Default', '{\"m\":\"OLDMARK-raw\"}', 'raw', gen_random_uuid(), now())",
+        &[],
+    )
+    .await
+    .unwrap();
+    let fired = a.engine.fire_due_timers(100).await.unwrap();
+    assert_eq!(fired.fired, 2);
+    let leaks = plaintext_anywhere(&a, "OLDMARK").await;
+    assert!(leaks.is_empty(), "{leaks:?}");
+    let popped = a.pop_some("before", "batch=10").await;
+    let mut seen: Vec<String> =
+        popped["messages"].as_array().unwrap().iter().map(|m| m["data"].to_string()).collect();
+    seen.sort();
+    assert!(seen.iter().any(|d| d.contains("OLDMARK-timer")), "{seen:?}");
+    assert!(seen.iter().any(|d| d.contains("OLDMARK-raw")), "{seen:?}");
+    assert!(seen.iter().any(|d| d.contains("OLDMARK-live")), "{seen:?}");
+    // The dead letter reads back too.
+    let dlq = a.dlq("before").await;
+    assert!(dlq.to_string().contains("OLDMARK-dead"), "{dlq}");
 }

@@ -30,7 +30,8 @@ $$;
 -- Locks: the queue row (FOR NO KEY UPDATE via UPDATE).
 DROP FUNCTION IF EXISTS queen.configure(json);
 -- p_key_id: the fingerprint of the configuring broker's encryption key; an
--- encrypted queue keeps the key it was first sealed with (no rotation yet).
+-- encrypted queue keeps its key id until a broker whose current key is
+-- another, and which holds the old one, starts (it moves the id; sealing.rs).
 CREATE OR REPLACE FUNCTION queen.configure(p_body json, p_key_id text) RETURNS json
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -45,6 +46,7 @@ DECLARE
   v_sink_hold text;
   d queen.queues;
   q queen.queues;
+  v_was_encrypted boolean;
 BEGIN
   IF json_typeof(p_body) IS DISTINCT FROM 'object' THEN
     PERFORM queen.bad_request('body', 'must be a JSON object');
@@ -88,6 +90,7 @@ BEGIN
   ELSE
     d := q;
   END IF;
+  v_was_encrypted := q.encryption_enabled;
 
   UPDATE queen.queues SET
     namespace = coalesce(p_body ->> 'namespace', CASE WHEN v_mode = 'replace' THEN NULL ELSE namespace END),
@@ -123,10 +126,18 @@ BEGIN
       PERFORM queen.bad_request('options.encryptionEnabled', 'needs QUEEN_ENCRYPTION_KEY on this broker');
     ELSIF q.encryption_key_id IS NULL THEN
       UPDATE queen.queues SET encryption_key_id = p_key_id WHERE id = q.id;
+      INSERT INTO queen.encryption_keys (key_id) VALUES (p_key_id) ON CONFLICT DO NOTHING;
     ELSIF q.encryption_key_id <> p_key_id THEN
       PERFORM queen.bad_request('options.encryptionEnabled',
         'is on with another key (id ' || q.encryption_key_id || ') than this broker''s (id ' || p_key_id || ')');
     END IF;
+  END IF;
+  -- Turning encryption on waits for every push holding a partition of the
+  -- queue (push_rows reads the flag after its partition lock): none that
+  -- missed the flag commits after this configure, and the engine's sealing
+  -- pass after it (sealing.rs) finds the rows of every push before it.
+  IF q.encryption_enabled AND NOT v_was_encrypted THEN
+    PERFORM 1 FROM queen.partitions p WHERE p.queue_id = q.id ORDER BY p.id FOR NO KEY UPDATE;
   END IF;
 
   RETURN json_build_object('configured', true, 'queue', q.name, 'namespace', q.namespace,

@@ -64,8 +64,12 @@ $$;
 -- must arrive sealed by the engine with the queue's key (queen.sealed_with);
 -- one sealed with another key raises QN500, an unsealed one QN409
 -- (queen.encryption_changed: the engine's hint was stale, it retries), unless
--- p_unsealed_ok (fired timers, whose payload the engine checked when it
--- was scheduled).
+-- p_unsealed_ok. The flag is read in a statement that starts after the
+-- partition locks are held, and queen.configure, turning encryption on,
+-- locks every partition of the queue: a push either commits before the
+-- switch (its rows are then sealed by the engine's pass after the
+-- configure, sealing.rs) or sees the flag. Reading it with the lock, in one
+-- statement, would read it as of that statement's start, before the wait.
 -- p_subs: each item's producer identity (the pushing token's `sub`), set by
 -- the engine from the authenticated caller, never from a request body.
 -- p_new_txids: the transaction id the engine drew for an item that came
@@ -89,6 +93,8 @@ DECLARE
   v_full text[] := '{}';
   r record;
   v_pid uuid;
+  v_qid bigint;
+  v_fault text;
   v_win integer;
   v_max_size integer;
   v_next bigint;
@@ -131,19 +137,14 @@ BEGIN
   -- queue without maxSize. Two statements: lock the partition (and read
   -- its offset), then dedup, insert, bump and mark ready in one.
   IF v_queues[1] = ALL (v_queues) AND v_parts[1] = ALL (v_parts) THEN
-    SELECT p.id, p.next_seq, greatest(now(), p.last_push_at), p.id_clock, q.dedup_window_seconds, q.max_size,
-           CASE WHEN q.encryption_enabled THEN q.encryption_key_id END
-      INTO v_pid, v_next, v_at, v_clock, v_win, v_max_size, v_key_id
+    -- The encryption flag is not read here: this statement's snapshot is
+    -- older than the lock it may wait for (see "Encryption at rest").
+    SELECT p.id, p.queue_id, p.next_seq, greatest(now(), p.last_push_at), p.id_clock, q.dedup_window_seconds,
+           q.max_size
+      INTO v_pid, v_qid, v_next, v_at, v_clock, v_win, v_max_size
       FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
      WHERE q.name = v_queues[1] AND p.name = v_parts[1]
        FOR NO KEY UPDATE OF p;
-    IF v_key_id IS NOT NULL AND NOT p_unsealed_ok
-       AND EXISTS (SELECT 1 FROM unnest(v_payloads) u(pl) WHERE NOT queen.sealed_with(u.pl, v_key_id)) THEN
-      IF EXISTS (SELECT 1 FROM unnest(v_payloads) u(pl) WHERE queen.is_sealed(u.pl)) THEN
-        PERFORM queen.encryption_key_mismatch(v_queues[1]);
-      END IF;
-      PERFORM queen.encryption_changed(ARRAY[v_queues[1]]);
-    END IF;
     IF v_pid IS NOT NULL AND v_max_size = 0 THEN
       v_clock := queen.id_clock_start(v_at, v_clock);
       WITH items AS (
@@ -191,10 +192,17 @@ BEGIN
       -- A duplicate answers the id of its transaction id's first occurrence
       -- (in this call, or stored): a window, not a join of two CTEs.
       answered AS (
-        SELECT d.ord, d.txid, d.is_fresh,
+        SELECT d.ord, d.txid, d.is_fresh, d.payload,
                first_value(coalesce(d.new_id, d.prior)) OVER (PARTITION BY d.txid COLLATE "C" ORDER BY d.ord)
                  AS message_id
           FROM decided d
+      ),
+      -- The flag as of the partition lock (this statement's snapshot is
+      -- newer than the lock): a configure that turned encryption on has
+      -- committed before we got the lock, or waits for our commit.
+      sealer AS (
+        SELECT CASE WHEN q.encryption_enabled AND NOT p_unsealed_ok THEN q.encryption_key_id END AS k
+          FROM queen.queues q WHERE q.id = v_qid
       )
       -- FILTER skips the other answer's arguments, not only its result.
       SELECT json_agg(json_build_object('index', a.ord - 1, 'message_id', a.message_id,
@@ -203,9 +211,17 @@ BEGIN
                ORDER BY a.ord) FILTER (WHERE NOT p_lean),
              CASE WHEN bool_or(a.is_fresh) THEN ARRAY[v_queues[1]] END,
              array_agg(a.message_id ORDER BY a.ord) FILTER (WHERE p_lean),
-             string_agg(CASE WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord) FILTER (WHERE p_lean)
-        INTO result, queued, ids, verdicts
-        FROM answered a;
+             string_agg(CASE WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord) FILTER (WHERE p_lean),
+             string_agg(DISTINCT CASE WHEN queen.is_sealed(a.payload) THEN 'k' ELSE 'u' END, '')
+               FILTER (WHERE s.k IS NOT NULL AND NOT queen.sealed_with(a.payload, s.k))
+        INTO result, queued, ids, verdicts, v_fault
+        FROM answered a LEFT JOIN sealer s ON true;
+      -- Raising rolls back what this statement wrote.
+      IF strpos(v_fault, 'k') > 0 THEN
+        PERFORM queen.encryption_key_mismatch(v_queues[1]);
+      ELSIF v_fault <> '' THEN
+        PERFORM queen.encryption_changed(ARRAY[v_queues[1]]);
+      END IF;
       RETURN;
     END IF;
   END IF;
@@ -224,9 +240,8 @@ BEGIN
     -- Resolve every lane by index lookups; a missing queue or partition
     -- leaves a NULL.
     SELECT array_agg(q.id ORDER BY u.i), array_agg(p.id ORDER BY u.i),
-           array_agg(q.dedup_window_seconds ORDER BY u.i), array_agg(q.max_size ORDER BY u.i),
-           array_agg(CASE WHEN q.encryption_enabled THEN q.encryption_key_id END ORDER BY u.i)
-      INTO l_qid, l_pid, l_win, l_max, l_key
+           array_agg(q.dedup_window_seconds ORDER BY u.i), array_agg(q.max_size ORDER BY u.i)
+      INTO l_qid, l_pid, l_win, l_max
       FROM unnest(l_queue, l_part) WITH ORDINALITY u(qn, pn, i)
       LEFT JOIN queen.queues q ON q.name = u.qn
       LEFT JOIN queen.partitions p ON p.queue_id = q.id AND p.name = u.pn;
@@ -287,6 +302,12 @@ BEGIN
   IF cardinality(l_next) IS DISTINCT FROM cardinality(l_pid) THEN
     RAISE EXCEPTION USING ERRCODE = '40001', MESSAGE = 'push: a partition was deleted under the push; retry';
   END IF;
+  -- Each lane's encryption key as of its partition lock (a new snapshot,
+  -- see "Encryption at rest"), never as of the resolve above.
+  SELECT array_agg(CASE WHEN q.encryption_enabled THEN q.encryption_key_id END ORDER BY u.i)
+    INTO l_key
+    FROM unnest(l_qid) WITH ORDINALITY u(qid, i)
+    LEFT JOIN queen.queues q ON q.id = u.qid;
 
   -- maxSize: the backlog of the queue-mode cursor may not pass the limit.
   -- Requests are judged in order; a refused one adds nothing to the backlog.

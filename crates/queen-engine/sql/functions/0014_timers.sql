@@ -55,9 +55,11 @@ DECLARE
 BEGIN
   -- Encryption at rest: a timer of an encrypted queue stores its payload
   -- sealed by the engine with the queue's key (fired as is), as push_rows
-  -- fences a push.
-  SELECT q.encryption_key_id INTO v_key_id FROM queen.queues q
-   WHERE q.name = p_queue AND q.encryption_enabled;
+  -- fences a push. The queue row FOR SHARE: a configure turning encryption
+  -- on waits for this timer's commit (and then seals it, sealing.rs), or
+  -- this waits for the configure's and sees the flag.
+  SELECT CASE WHEN q.encryption_enabled THEN q.encryption_key_id END INTO v_key_id FROM queen.queues q
+   WHERE q.name = p_queue FOR SHARE;
   IF v_key_id IS NOT NULL AND NOT queen.sealed_with(p_payload, v_key_id) THEN
     IF queen.is_sealed(p_payload) THEN
       PERFORM queen.encryption_key_mismatch(p_queue);
@@ -166,7 +168,7 @@ BEGIN
   END IF;
   SELECT x.result, x.queued INTO v_result, queued
     FROM queen.push_rows(v_queues, v_parts, v_txns, array_fill(NULL::text, ARRAY[cardinality(v_queues)]),
-                         v_payloads, NULL, v_ids, true, v_subs) x;
+                         v_payloads, NULL, v_ids, false, v_subs) x;
   WITH outcome AS (
     SELECT r.n, r.x ->> 'status' AS status, r.x ->> 'error' AS error
       FROM json_array_elements(v_result) WITH ORDINALITY r(x, n)

@@ -64,8 +64,10 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.stream_state_get(
   p_query uuid, p_partition uuid, p_keys text[], p_prefix text, p_ripe numeric) RETURNS json
 LANGUAGE sql STABLE AS $$
+  -- A sealed row's value is its envelope (the engine opens it in the answer).
   SELECT json_build_object('success', true, 'rows', coalesce(json_agg(json_build_object(
-           'key', s.key, 'value', s.value, 'updated_at', queen.iso(s.updated_at)) ORDER BY s.key), '[]'::json))
+           'key', s.key, 'value', CASE WHEN s.sealed IS NULL THEN s.value::json ELSE s.sealed::json END,
+           'updated_at', queen.iso(s.updated_at)) ORDER BY s.key), '[]'::json))
     FROM queen.stream_state s
    WHERE s.query_id = p_query AND s.partition_id = p_partition
      AND (cardinality(p_keys) = 0 OR s.key = ANY (p_keys))
@@ -91,13 +93,18 @@ $$;
 -- migration 0008), else a_count messages from the batch start, and keeps
 -- the lease. A partial ack whose message is already below the cursor is a
 -- replay: it answers success and applies nothing (checked before any write).
--- Upserts and deletes come collapsed to the last op per key. p_subs: each
--- emit's producer (the caller's JWT sub), set by the engine.
+-- Upserts and deletes come collapsed to the last op per key.
+-- Encryption at rest: the state of an encrypted source is sealed by the
+-- engine (u_sealed, each upsert's envelope; of u_values, only its windowEnd
+-- is then stored, migration 0019); an unsealed upsert raises QN409 naming the
+-- source, read under the source queue's row lock FOR SHARE so a configure
+-- turning encryption on is ordered with this cycle.
+-- p_subs: each emit's producer (the caller's JWT sub), set by the engine.
 DROP FUNCTION IF EXISTS queen.stream_cycle(uuid, uuid, text, text[], text[], text[], text[], text[], text[],
   text[], text[], boolean, text, text, text, integer, boolean);
 CREATE OR REPLACE FUNCTION queen.stream_cycle(
   p_query uuid, p_partition uuid, p_group text,
-  u_keys text[], u_values text[], d_keys text[],
+  u_keys text[], u_values text[], u_sealed text[], d_keys text[],
   p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
   a_present boolean, a_txid text, a_lease text, a_status text, a_count integer, p_release boolean,
   p_subs text[],
@@ -105,6 +112,8 @@ CREATE OR REPLACE FUNCTION queen.stream_cycle(
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_src text;
+  v_src_id bigint;
+  v_key text;
   v_push json := '[]'::json;
   cur record;
   early record;
@@ -123,7 +132,7 @@ BEGIN
   IF NOT FOUND THEN
     PERFORM queen.stream_refuse('query not found');
   END IF;
-  SELECT q.name INTO v_src
+  SELECT q.name, q.id INTO v_src, v_src_id
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
    WHERE p.id = p_partition;
   IF v_src IS NULL THEN
@@ -250,9 +259,23 @@ BEGIN
         PERFORM queen.stream_refuse('stale flush: a state row is already gone; nothing applied');
       END IF;
     END IF;
-    INSERT INTO queen.stream_state (query_id, partition_id, key, value)
-    SELECT p_query, p_partition, u.k, u.v::jsonb FROM unnest(u_keys, u_values) u(k, v)
-    ON CONFLICT (query_id, partition_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+    IF coalesce(array_length(u_keys, 1), 0) > 0 THEN
+      SELECT CASE WHEN q.encryption_enabled THEN q.encryption_key_id END INTO v_key
+        FROM queen.queues q WHERE q.id = v_src_id FOR SHARE;
+      IF v_key IS NOT NULL
+         AND EXISTS (SELECT 1 FROM unnest(u_keys, u_sealed) u(k, s) WHERE NOT queen.sealed_with(u.s, v_key)) THEN
+        IF EXISTS (SELECT 1 FROM unnest(u_sealed) u(s) WHERE queen.is_sealed(u.s)) THEN
+          PERFORM queen.encryption_key_mismatch(v_src);
+        END IF;
+        PERFORM queen.encryption_changed(ARRAY[v_src]);
+      END IF;
+    END IF;
+    INSERT INTO queen.stream_state (query_id, partition_id, key, value, sealed)
+    SELECT p_query, p_partition, u.k,
+           CASE WHEN u.s IS NULL THEN u.v::jsonb ELSE queen.stream_state_stub(u.v::jsonb) END, u.s
+      FROM unnest(u_keys, u_values, u_sealed) u(k, v, s)
+    ON CONFLICT (query_id, partition_id, key) DO UPDATE
+      SET value = EXCLUDED.value, sealed = EXCLUDED.sealed, updated_at = now();
   END IF;
 
   IF v_released THEN
