@@ -304,10 +304,11 @@ BEGIN
   END IF;
   -- Each lane's encryption key as of its partition lock (a new snapshot,
   -- see "Encryption at rest"), never as of the resolve above.
-  SELECT array_agg(CASE WHEN q.encryption_enabled THEN q.encryption_key_id END ORDER BY u.i)
+  -- A subquery per lane: index lookups, never a scan of queen.queues.
+  SELECT array_agg((SELECT CASE WHEN q.encryption_enabled THEN q.encryption_key_id END
+                      FROM queen.queues q WHERE q.id = u.qid) ORDER BY u.i)
     INTO l_key
-    FROM unnest(l_qid) WITH ORDINALITY u(qid, i)
-    LEFT JOIN queen.queues q ON q.id = u.qid;
+    FROM unnest(l_qid) WITH ORDINALITY u(qid, i);
 
   -- maxSize: the backlog of the queue-mode cursor may not pass the limit.
   -- Requests are judged in order; a refused one adds nothing to the backlog.
