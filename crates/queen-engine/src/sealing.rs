@@ -13,6 +13,11 @@
 //! Which queues are encrypted is a hint kept in memory; `queen.push_rows`
 //! refuses an unsealed payload for an encrypted queue (QN409), and the
 //! engine then re-reads the flag and sends the call again.
+//!
+//! Keys: one current key seals, retired keys of a ring
+//! (`QUEEN_ENCRYPTION_KEYS`) still open. What SQL cannot do, sealing stored
+//! rows, is a pass here (`reseal_tables`): after a configure turns a queue's
+//! encryption on, for a plain timer about to fire, and for `rotate`.
 
 use std::collections::HashSet;
 use std::fmt;

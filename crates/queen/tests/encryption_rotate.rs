@@ -36,7 +36,8 @@ async fn census(b: &TestBroker) -> (i64, i64, i64) {
         .query_one(
             "WITH t AS (SELECT payload::text AS p FROM queen.messages
                         UNION ALL SELECT payload::text FROM queen.dead_letters
-                        UNION ALL SELECT payload::text FROM queen.timers)
+                        UNION ALL SELECT payload::text FROM queen.timers
+                        UNION ALL SELECT coalesce(sealed, value::text) FROM queen.stream_state)
              SELECT count(*) FILTER (WHERE queen.sealed_with(p, $1)), count(*) FILTER (WHERE queen.sealed_with(p, $2)),
                     count(*) FILTER (WHERE NOT queen.is_sealed(p)) FROM t",
             &[&id(OLD), &id(NEW)],
@@ -111,7 +112,32 @@ async fn a_rotation_killed_midway_resumes_and_loses_or_double_seals_nothing() {
         )
         .await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(census(&a).await, (N as i64 + 1, 0, 0));
+    // A dead letter and a stream's state, on another encrypted queue.
+    a.configure_ok("side", json!({"encryptionEnabled": true, "retryLimit": 0})).await;
+    a.push("side", "Default", &[("d1", json!({"n": "dead"})), ("s1", json!({"n": "src"}))]).await;
+    let popped = a.pop_some("side", "batch=1").await;
+    a.ack(&popped["messages"][0], "failed", None).await;
+    let (_, reg) = a
+        .post("/streams/v1/queries", &json!({"name": "sq", "source_queue": "side", "config_hash": "h"}))
+        .await;
+    let qid = reg["query_id"].as_str().unwrap().to_owned();
+    let pop = a.pop_some("side", "batch=10&consumerGroup=g&subscriptionMode=all").await;
+    let msgs = pop["messages"].as_array().unwrap();
+    let state = json!({"windowEnd": 5, "total": "STATE"});
+    let (_, ok) = a
+        .post(
+            "/streams/v1/cycle",
+            &json!({"query_id": qid, "partition_id": pop["partitionId"], "consumer_group": "g",
+                    "state_ops": [{"type": "upsert", "key": "k", "value": state}], "push_items": [],
+                    "ack": {"transactionId": msgs[msgs.len() - 1]["transactionId"], "leaseId": pop["leaseId"],
+                            "status": "completed", "count": msgs.len()},
+                    "release_lease": true}),
+        )
+        .await;
+    assert_eq!(ok["success"], true, "{ok}");
+    // N + the timer + side's 2 messages, its dead letter and its state row.
+    const ROWS: i64 = N as i64 + 5;
+    assert_eq!(census(&a).await, (ROWS, 0, 0));
 
     // A broker holding only the new key refuses to start, naming the old key's id.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_queen"))
@@ -144,7 +170,7 @@ async fn a_rotation_killed_midway_resumes_and_loses_or_double_seals_nothing() {
     child.wait().unwrap();
     let (old, new, plain) = census(&a).await;
     assert!(old > 0 && new > 0, "killed midway: {old} old, {new} new");
-    assert_eq!((old + new, plain), (N as i64 + 1, 0));
+    assert_eq!((old + new, plain), (ROWS, 0));
 
     // A broker with the ring serves meanwhile: its pushes use the new key.
     let b = TestBroker::on_with_options(&a.db, options(EncryptionKey::from_ring(&ring()).unwrap())).await;
@@ -154,12 +180,12 @@ async fn a_rotation_killed_midway_resumes_and_loses_or_double_seals_nothing() {
     // Run again to completion.
     let status = rotate_cmd(&a.db, 500, &log).status().unwrap();
     assert!(status.success(), "{}", std::fs::read_to_string(&log).unwrap_or_default());
-    assert_eq!(census(&b).await, (0, N as i64 + 2, 0));
+    assert_eq!(census(&b).await, (0, ROWS + 1, 0));
     let keys: Vec<String> = b
         .sql()
         .await
         .query(
-            "SELECT key_id FROM queen.encryption_keys UNION ALL SELECT encryption_key_id FROM queen.queues",
+            "SELECT key_id FROM queen.encryption_keys UNION SELECT encryption_key_id FROM queen.queues",
             &[],
         )
         .await
@@ -167,7 +193,7 @@ async fn a_rotation_killed_midway_resumes_and_loses_or_double_seals_nothing() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(keys, vec![id(NEW), id(NEW)]);
+    assert_eq!(keys, vec![id(NEW)], "one key left, and every queue on it");
 
     // A broker with only the new key starts, and every message reads back once, as pushed.
     let p = BrokerProcess::spawn_with(&ServeSpec::for_db(&a.db).env("QUEEN_ENCRYPTION_KEY", NEW)).await;
@@ -186,6 +212,17 @@ async fn a_rotation_killed_midway_resumes_and_loses_or_double_seals_nothing() {
     want.insert("\"during\"".into());
     assert_eq!(seen.len(), want.len());
     assert!(seen == want, "a message lost or altered");
+    // The dead letter and the stream state open with the new key too.
+    let dlq = p.dlq("side").await;
+    assert!(dlq.to_string().contains("dead"), "{dlq}");
+    let (status, read) = p
+        .post(
+            "/streams/v1/state/get",
+            &json!({"query_id": qid, "partition_id": pop["partitionId"], "keys": []}),
+        )
+        .await;
+    assert_eq!(status, 200, "{read}");
+    assert_eq!(read["rows"][0]["value"], state, "{read}");
     let _ = std::fs::remove_file(&log);
 }
 
