@@ -459,31 +459,38 @@ impl Engine {
     /// `migrate` (not `queen migrate`, which holds no key).
     pub async fn check_encryption_keys(&self) -> Result<(), EngineError> {
         let ids = self.encryption_key().map(EncryptionKey::ids).unwrap_or_default();
-        let client = self.pool().get().await?;
+        let mut client = self.pool().get().await?;
+        // One transaction: behind a transaction-mode pooler its statements
+        // stay on one server, prepared statements or not (as the migration).
+        let tx = client.transaction().await?;
         if let Some(key) = self.encryption_key() {
-            let stmt = client
-                .prepare_cached(
-                    "WITH moved AS (UPDATE queen.queues SET encryption_key_id = $1 \
-                       WHERE encryption_key_id = ANY ($2) AND encryption_key_id <> $1 RETURNING 1) \
-                     INSERT INTO queen.encryption_keys (key_id) \
-                     SELECT $1 WHERE EXISTS (SELECT 1 FROM queen.queues WHERE encryption_key_id IS NOT NULL) \
-                        OR EXISTS (SELECT 1 FROM moved) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .await?;
-            client.execute(&stmt, &[&key.id(), &ids]).await?;
-        }
-        let stmt = client
-            .prepare_cached("SELECT coalesce(array_agg(key_id ORDER BY key_id), '{}') FROM queen.encryption_keys WHERE NOT key_id = ANY ($1)")
+            tx.execute(
+                "WITH moved AS (UPDATE queen.queues SET encryption_key_id = $1 \
+                   WHERE encryption_key_id = ANY ($2) AND encryption_key_id <> $1 RETURNING 1) \
+                 INSERT INTO queen.encryption_keys (key_id) \
+                 SELECT $1 WHERE EXISTS (SELECT 1 FROM queen.queues WHERE encryption_key_id IS NOT NULL) \
+                    OR EXISTS (SELECT 1 FROM moved) \
+                 ON CONFLICT DO NOTHING",
+                &[&key.id(), &ids],
+            )
             .await?;
-        let missing: Vec<String> = client.query_one(&stmt, &[&ids]).await?.try_get(0)?;
+        }
+        let missing: Vec<String> = tx
+            .query_one(
+                "SELECT coalesce(array_agg(key_id ORDER BY key_id), '{}') FROM queen.encryption_keys \
+                  WHERE NOT key_id = ANY ($1)",
+                &[&ids],
+            )
+            .await?
+            .try_get(0)?;
         if missing.is_empty() {
+            tx.commit().await?;
             return Ok(());
         }
         // A key recorded but not held: look for its rows (a scan, only in
         // this case); a key no row uses any more is forgotten.
-        let stmt = client.prepare_cached("SELECT queen.sealed_key_ids_other_than($1)").await?;
-        let found: Vec<String> = client.query_one(&stmt, &[&ids]).await?.try_get(0)?;
+        let found: Vec<String> =
+            tx.query_one("SELECT queen.sealed_key_ids_other_than($1)", &[&ids]).await?.try_get(0)?;
         if let Some(id) = found.first() {
             return Err(EngineError::Encryption(format!(
                 "rows are sealed with key id {id}, which this broker does not have (its key ids: {}); \
@@ -492,8 +499,8 @@ impl Engine {
                 if ids.is_empty() { "none".to_owned() } else { ids.join(", ") }
             )));
         }
-        let stmt = client.prepare_cached("DELETE FROM queen.encryption_keys WHERE key_id = ANY ($1)").await?;
-        client.execute(&stmt, &[&missing]).await?;
+        tx.execute("DELETE FROM queen.encryption_keys WHERE key_id = ANY ($1)", &[&missing]).await?;
+        tx.commit().await?;
         Ok(())
     }
 }
