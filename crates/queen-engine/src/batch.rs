@@ -13,6 +13,9 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
@@ -181,6 +184,9 @@ impl<Q, A> Clone for Batcher<Q, A> {
 struct Shared<Q, A> {
     state: Mutex<Queue<Q, A>>,
     budget: Budget<Q>,
+    /// A batch running longer than this lends its slot's place to the queue
+    /// (see [`Shared::run_one`]).
+    stall_after: Duration,
     kind: BatchKind,
     stats: Arc<BatchStats>,
     run: Run<Q, A>,
@@ -190,16 +196,25 @@ struct Shared<Q, A> {
 struct Queue<Q, A> {
     waiting: VecDeque<Waiting<Q, A>>,
     free: usize,
+    /// Slots lent to the queue by stalled batches, not yet given back.
+    lent: usize,
+    /// Slots to retire: the next ones to finish end instead of going on.
+    owed: usize,
 }
 
 /// One busy slot. Dropping it (after a batch, or when a leading request is
 /// cancelled) hands the queue on, or frees the slot when the queue is empty.
 struct Slot<Q: Send + 'static, A: Send + 'static> {
     shared: Arc<Shared<Q, A>>,
+    /// Paid back a lent slot: ends without handing on.
+    retired: bool,
 }
 
 impl<Q: Send + 'static, A: Send + 'static> Drop for Slot<Q, A> {
     fn drop(&mut self) {
+        if self.retired {
+            return;
+        }
         let next = self.shared.next_batch_or_free();
         if next.is_empty() {
             return;
@@ -218,11 +233,34 @@ async fn run_queue<Q: Send + 'static, A: Send + 'static>(
     shared: Arc<Shared<Q, A>>,
     first: Vec<Waiting<Q, A>>,
 ) {
-    let slot = Slot { shared };
+    let mut slot = Slot { shared, retired: false };
     let mut batch = first;
     while !batch.is_empty() {
         slot.shared.run_one(batch).await;
-        batch = slot.shared.take_batch();
+        match slot.shared.next_batch() {
+            Some(next) => batch = next,
+            None => {
+                slot.retired = true;
+                return;
+            }
+        }
+    }
+}
+
+/// Gives a lent slot back when the stalled batch ends (or is dropped).
+struct Lent<Q: Send + 'static, A: Send + 'static> {
+    shared: Arc<Shared<Q, A>>,
+}
+
+impl<Q: Send + 'static, A: Send + 'static> Drop for Lent<Q, A> {
+    fn drop(&mut self) {
+        let mut queue = self.shared.lock();
+        queue.lent -= 1;
+        if queue.free > 0 {
+            queue.free -= 1;
+        } else {
+            queue.owed += 1;
+        }
     }
 }
 
@@ -232,14 +270,23 @@ impl<Q: Send + 'static, A: Send + 'static> Shared<Q, A> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next batch off the queue, within the budget.
-    fn take_batch(&self) -> Vec<Waiting<Q, A>> {
+    /// The next batch off the queue, within the budget; `None` when this
+    /// slot pays back a lent one and ends.
+    fn next_batch(&self) -> Option<Vec<Waiting<Q, A>>> {
         let mut queue = self.lock();
-        self.take_locked(&mut queue)
+        if queue.owed > 0 {
+            queue.owed -= 1;
+            return None;
+        }
+        Some(self.take_locked(&mut queue))
     }
 
     fn next_batch_or_free(&self) -> Vec<Waiting<Q, A>> {
         let mut queue = self.lock();
+        if queue.owed > 0 {
+            queue.owed -= 1;
+            return Vec::new();
+        }
         let batch = self.take_locked(&mut queue);
         if batch.is_empty() {
             queue.free += 1;
@@ -265,26 +312,70 @@ impl<Q: Send + 'static, A: Send + 'static> Shared<Q, A> {
         batch
     }
 
-    async fn run_one(&self, batch: Vec<Waiting<Q, A>>) {
+    /// Runs one batch. One that runs past `stall_after` (waiting on a lock
+    /// held elsewhere, until `lock_timeout`) lends the queue a slot, so
+    /// requests behind it that need other rows are not held for its wait;
+    /// at most [`MAX_LENT`] at once, given back when the batch ends.
+    async fn run_one(self: &Arc<Self>, batch: Vec<Waiting<Q, A>>) {
         let histogram = self.stats.of(self.kind);
         histogram.record(batch.len());
-        if (self.run)(batch).await == Answered::EachAlone {
+        let run = (self.run)(batch);
+        tokio::pin!(run);
+        let answered = tokio::select! {
+            biased;
+            answered = &mut run => answered,
+            () = tokio::time::sleep(self.stall_after) => {
+                let _lent = self.lend();
+                run.await
+            }
+        };
+        if answered == Answered::EachAlone {
             histogram.retried.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Lends the queue one more slot, unless [`MAX_LENT`] are out already.
+    fn lend(self: &Arc<Self>) -> Option<Lent<Q, A>> {
+        let next = {
+            let mut queue = self.lock();
+            if queue.lent >= MAX_LENT {
+                return None;
+            }
+            queue.lent += 1;
+            let next = self.take_locked(&mut queue);
+            if next.is_empty() {
+                queue.free += 1;
+            }
+            next
+        };
+        let lent = Lent { shared: self.clone() };
+        if !next.is_empty() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(run_queue(self.clone(), next));
+            }
+        }
+        Some(lent)
     }
 }
 
 impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
     /// At most `slots` batches run at once, each through `run`, which must
     /// answer every member.
-    fn start<F, Fut>(slots: usize, budget: Budget<Q>, kind: BatchKind, stats: Arc<BatchStats>, run: F) -> Self
+    fn start<F, Fut>(
+        slots: usize,
+        budget: Budget<Q>,
+        kind: BatchKind,
+        stats: Arc<BatchStats>,
+        stall_after: Duration,
+        run: F,
+    ) -> Self
     where
         F: Fn(Vec<Waiting<Q, A>>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Answered> + Send + 'static,
     {
         let run: Run<Q, A> = Box::new(move |batch| Box::pin(run(batch)));
-        let state = Mutex::new(Queue { waiting: VecDeque::new(), free: slots.max(1) });
-        Batcher { shared: Arc::new(Shared { state, budget, kind, stats, run }) }
+        let state = Mutex::new(Queue { waiting: VecDeque::new(), free: slots.max(1), lent: 0, owed: 0 });
+        Batcher { shared: Arc::new(Shared { state, budget, stall_after, kind, stats, run }) }
     }
 
     /// Runs `request` at once when a slot is free, or queues it for the next
@@ -303,7 +394,7 @@ impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
             }
         };
         if let Some(waiting) = lead {
-            let slot = Slot { shared: self.shared.clone() };
+            let slot = Slot { shared: self.shared.clone(), retired: false };
             slot.shared.run_one(vec![waiting]).await;
             drop(slot);
         }
@@ -378,6 +469,20 @@ where
                 w.answer(Err(EngineError::Protocol(m.clone())));
             }
         }
+        Err(e @ EngineError::Timeout { .. }) => {
+            // Rolled back. The member waiting on a lock will wait again, so
+            // the others do not queue behind it: they run side by side.
+            tracing::debug!(error = %e, "a batch timed out; its members run alone");
+            futures_util::stream::iter(batch)
+                .for_each_concurrent(RERUN_CONCURRENCY, |Waiting { request, reply }| {
+                    let run = alone(request);
+                    async move {
+                        let _ = reply.send(run.await);
+                    }
+                })
+                .await;
+            return Answered::EachAlone;
+        }
         Err(_) => {
             for Waiting { request, reply } in batch {
                 let _ = reply.send(alone(request).await);
@@ -405,6 +510,16 @@ where
     }
     None
 }
+
+/// How long a batch runs before it lends its slot's place to the queue:
+/// far above a normal batch (a commit), far below a lock timeout.
+pub(crate) const STALL_AFTER: Duration = Duration::from_millis(250);
+
+/// Slots a batcher may lend at once: each holds a pool connection.
+const MAX_LENT: usize = 2;
+
+/// Members of a timed-out batch rerun at once (each holds a connection).
+const RERUN_CONCURRENCY: usize = 4;
 
 /// Most requests (or items) and payload bytes in one statement.
 const MAX_GETS: usize = 256;
@@ -456,14 +571,16 @@ pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
 /// (`kv_max_read_bytes`); the rest of a batch is asked again.
 pub(crate) fn start_gets(pool: Pool, slots: usize, max_read: i64, stats: Arc<BatchStats>) -> GetBatcher {
     let budget = Budget { ceiling: [MAX_GETS, usize::MAX], cost: |_| [1, 0] };
-    Batcher::start(slots, budget, BatchKind::KvGet, stats, move |batch| {
+    Batcher::start(slots, budget, BatchKind::KvGet, stats, STALL_AFTER, move |batch| {
         run_gets(pool.clone(), max_read, batch)
     })
 }
 
 pub(crate) fn start_writes(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> WriteBatcher {
     let budget = Budget { ceiling: [MAX_WRITES, MAX_BATCH_BYTES], cost: |op: &KvOp| [1, op.value_bytes()] };
-    Batcher::start(slots, budget, BatchKind::KvWrite, stats, move |batch| run_writes(pool.clone(), batch))
+    Batcher::start(slots, budget, BatchKind::KvWrite, stats, STALL_AFTER, move |batch| {
+        run_writes(pool.clone(), batch)
+    })
 }
 
 pub(crate) fn start_pushes(
@@ -476,7 +593,7 @@ pub(crate) fn start_pushes(
         ceiling: [MAX_PUSH_ITEMS, MAX_BATCH_BYTES],
         cost: |items: &Vec<PushItem>| [items.len(), payload_bytes(items)],
     };
-    Batcher::start(slots, budget, BatchKind::Push, stats, move |batch| {
+    Batcher::start(slots, budget, BatchKind::Push, stats, STALL_AFTER, move |batch| {
         run_pushes(pool.clone(), batch, announce.clone())
     })
 }
@@ -484,7 +601,9 @@ pub(crate) fn start_pushes(
 pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> AckBatcher {
     let budget =
         Budget { ceiling: [MAX_ACK_ITEMS, usize::MAX], cost: |items: &Vec<AckItem>| [items.len(), 0] };
-    Batcher::start(slots, budget, BatchKind::Ack, stats, move |batch| run_acks(pool.clone(), batch))
+    Batcher::start(slots, budget, BatchKind::Ack, stats, STALL_AFTER, move |batch| {
+        run_acks(pool.clone(), batch)
+    })
 }
 
 pub(crate) fn start_pops(
@@ -498,7 +617,7 @@ pub(crate) fn start_pops(
         cost: |r: &PopRequest| [1, usize::try_from(r.batch).unwrap_or(0)],
     };
     let key_id: Option<Arc<str>> = key_id.map(Arc::from);
-    Batcher::start(slots, budget, BatchKind::Pop, stats, move |batch| {
+    Batcher::start(slots, budget, BatchKind::Pop, stats, STALL_AFTER, move |batch| {
         run_pops(pool.clone(), key_id.clone(), batch)
     })
 }
@@ -513,7 +632,7 @@ pub(crate) fn start_bundles(
         ceiling: [MAX_BUNDLES, MAX_BUNDLE_ITEMS],
         cost: |b: &Bundle| [1, b.acks.len() + b.kv.len()],
     };
-    Batcher::start(slots, budget, BatchKind::Transaction, stats, move |batch| {
+    Batcher::start(slots, budget, BatchKind::Transaction, stats, STALL_AFTER, move |batch| {
         run_bundles(pool.clone(), max_read, batch)
     })
 }
@@ -935,6 +1054,14 @@ mod tests {
         slots: usize,
         ceiling: usize,
     ) -> (Batcher<u32, u32>, Seen, Arc<Notify>, mpsc::UnboundedReceiver<()>) {
+        test_batcher_stalling_after(slots, ceiling, Duration::from_secs(3600))
+    }
+
+    fn test_batcher_stalling_after(
+        slots: usize,
+        ceiling: usize,
+        stall_after: Duration,
+    ) -> (Batcher<u32, u32>, Seen, Arc<Notify>, mpsc::UnboundedReceiver<()>) {
         let seen: Seen = Arc::default();
         let release = Arc::new(Notify::new());
         let (started_tx, started) = mpsc::unbounded_channel();
@@ -945,6 +1072,7 @@ mod tests {
             budget,
             BatchKind::KvGet,
             Arc::default(),
+            stall_after,
             move |batch: Vec<Waiting<u32, u32>>| {
                 let (log, gate, started_tx) = (log.clone(), gate.clone(), started_tx.clone());
                 async move {
@@ -1051,5 +1179,25 @@ mod tests {
         release.notify_one();
         assert_eq!(lead.await.unwrap().unwrap(), 0);
         assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_stalled_batch_lends_a_slot_and_takes_it_back_when_it_ends() {
+        let (batcher, seen, release, mut started) =
+            test_batcher_stalling_after(1, 10, Duration::from_millis(50));
+        let lead = spawn_call(&batcher, 0);
+        started.recv().await.unwrap();
+        // Queued behind the stalled batch, then run on the lent slot.
+        let queued = spawn_call(&batcher, 8);
+        let answer = tokio::time::timeout(Duration::from_secs(5), queued).await;
+        assert_eq!(answer.expect("stuck behind a stalled batch").unwrap().unwrap(), 8);
+        // Arriving after the loan, it finds the lent slot free.
+        assert_eq!(tokio::time::timeout(Duration::from_secs(5), batcher.call(9)).await.unwrap().unwrap(), 9);
+        release.notify_one();
+        assert_eq!(lead.await.unwrap().unwrap(), 0);
+        let queue = batcher.shared.lock();
+        assert_eq!((queue.free, queue.lent, queue.owed), (1, 0, 0), "the loan was paid back");
+        drop(queue);
+        assert_eq!(seen.lock().unwrap().len(), 3);
     }
 }

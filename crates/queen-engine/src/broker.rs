@@ -714,7 +714,10 @@ impl Engine {
             let unavailable = match self.pop(req).await {
                 Ok(Some(found)) => break Ok(Some(found)),
                 Ok(None) => None,
-                Err(e @ (EngineError::Unavailable(_) | EngineError::Conflict(_))) => Some(e),
+                Err(
+                    e
+                    @ (EngineError::Unavailable(_) | EngineError::Conflict(_) | EngineError::Timeout { .. }),
+                ) => Some(e),
                 Err(e) => break Err(e),
             };
             let now = Instant::now();

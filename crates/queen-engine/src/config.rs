@@ -9,6 +9,11 @@ use tokio_postgres::NoTls;
 use crate::pg_tls::{split_tls_options, PgTls, TlsOptions};
 use crate::EngineError;
 
+/// The default `lock_timeout` of request paths.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default `statement_timeout` of request paths.
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Connection settings: a URL, or the Queen `PG_*` names.
 #[derive(Debug, Clone)]
 pub struct DbConfig {
@@ -33,6 +38,13 @@ pub struct DbConfig {
     /// Where the LISTEN connection for cross-broker wake-ups goes, when not
     /// to `url` (behind a transaction-mode pooler LISTEN must bypass it).
     pub listen_url: Option<String>,
+    /// `lock_timeout` of the pool's connections: a row or advisory lock
+    /// held elsewhere (a `psql` session, another broker's long bundle)
+    /// fails the waiting statement instead of stalling every request of
+    /// its kind. `None` or zero: wait for ever.
+    pub lock_timeout: Option<Duration>,
+    /// `statement_timeout` of the pool's connections. `None` or zero: none.
+    pub statement_timeout: Option<Duration>,
 }
 
 impl Default for DbConfig {
@@ -47,6 +59,8 @@ impl Default for DbConfig {
             pool_size: 16,
             prepared_statements: true,
             listen_url: None,
+            lock_timeout: Some(DEFAULT_LOCK_TIMEOUT),
+            statement_timeout: Some(DEFAULT_STATEMENT_TIMEOUT),
         }
     }
 }
@@ -106,9 +120,32 @@ impl DbConfig {
         Ok((cfg, tls.connector()?))
     }
 
+    /// `-c lock_timeout=… -c statement_timeout=…` for the pool's connections.
+    fn timeout_options(&self) -> String {
+        let mut out = Vec::new();
+        for (name, value) in
+            [("lock_timeout", self.lock_timeout), ("statement_timeout", self.statement_timeout)]
+        {
+            if let Some(ms) = value.map(|d| d.as_millis()).filter(|ms| *ms > 0) {
+                out.push(format!("-c {name}={ms}"));
+            }
+        }
+        out.join(" ")
+    }
+
     /// A pool whose waits are bounded, so exhaustion becomes a 503.
     pub fn pool(&self) -> Result<Pool, EngineError> {
-        let (pg, tls) = self.connect_spec()?;
+        let (mut pg, tls) = self.connect_spec()?;
+        // In the startup packet, so it costs no round trip; a pooler that
+        // ignores `options` (pgbouncer's ignore_startup_parameters) drops it.
+        let timeouts = self.timeout_options();
+        if !timeouts.is_empty() {
+            let options = match pg.get_options() {
+                Some(given) if !given.trim().is_empty() => format!("{given} {timeouts}"),
+                _ => timeouts,
+            };
+            pg.options(&options);
+        }
         let manager_config = ManagerConfig { recycling_method: RecyclingMethod::Fast };
         let manager = match tls {
             PgTls::Plain => Manager::from_config(pg, NoTls, manager_config),

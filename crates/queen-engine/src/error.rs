@@ -33,6 +33,17 @@ pub enum EngineError {
     /// A concurrent transaction won a serialization or deadlock race.
     #[error("conflict, retry: {0}")]
     Conflict(String),
+    /// The statement waited past `lock_timeout` (SQLSTATE 55P03, `code`
+    /// `lock_timeout`) or ran past `statement_timeout` (57014,
+    /// `statement_timeout`); it rolled back, so nothing was written
+    /// (HTTP 503 with `Retry-After`).
+    #[error("{code}: {message}")]
+    Timeout {
+        /// `lock_timeout` or `statement_timeout`: the error code answered.
+        code: &'static str,
+        /// The server's message.
+        message: String,
+    },
     /// The engine could not be set up as configured (the push spool's
     /// directory, say); raised by `Engine::connect` only.
     #[error("setup: {0}")]
@@ -94,6 +105,8 @@ impl From<tokio_postgres::Error> for EngineError {
             ),
             // Text PostgreSQL cannot hold: \u0000 or a lone surrogate in a JSON string.
             "22P05" | "22021" | "22P02" => EngineError::UnstorableText(db.message().to_owned()),
+            "55P03" => EngineError::Timeout { code: "lock_timeout", message: db.message().to_owned() },
+            "57014" => EngineError::Timeout { code: "statement_timeout", message: db.message().to_owned() },
             "40001" | "40P01" => EngineError::Conflict(db.message().to_owned()),
             // A standby: a failover is under way (the pool connects only to a
             // primary, so this is a connection caught by a demotion).

@@ -48,7 +48,7 @@ pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, SubscriptionMode, 
 pub use brokers::{
     process_rss_bytes, TrafficMinute, TrafficTotals, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS,
 };
-pub use config::DbConfig;
+pub use config::{DbConfig, DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
 pub use dlq::{decode_replay_target, parse_dlq_id, ReplayTarget};
 pub use ephemeral::{EphemeralConfig, EphemeralPop, BROKER_BYTES as EPHEMERAL_BROKER_BYTES};
 pub use error::EngineError;

@@ -140,6 +140,9 @@ const MIGRATION_LOCK: i64 = 0x5155_4545_4e5f_4d49;
 /// through a transaction-mode pooler.
 pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
     let tx = client.transaction().await?;
+    // Exempt from the pool's timeouts: another broker's migration holds the
+    // lock as long as it needs, and DDL on a large table may run long.
+    tx.batch_execute("SET LOCAL lock_timeout = 0; SET LOCAL statement_timeout = 0").await?;
     tx.query_typed("SELECT pg_advisory_xact_lock($1)", &[(&MIGRATION_LOCK, Type::INT8)]).await?;
     tx.batch_execute(
         "SET LOCAL client_min_messages = warning;

@@ -564,7 +564,12 @@ impl Engine {
             let n = items.len() as u64;
             match self.push_now(&items).await {
                 Ok(_) => spool.db_healthy.store(true, Ordering::Relaxed),
-                Err(EngineError::Unavailable(e) | EngineError::Paused(e) | EngineError::Conflict(e)) => {
+                Err(
+                    EngineError::Unavailable(e)
+                    | EngineError::Paused(e)
+                    | EngineError::Conflict(e)
+                    | EngineError::Timeout { message: e, .. },
+                ) => {
                     spool.db_healthy.store(false, Ordering::Relaxed);
                     tracing::debug!(error = %e, "the push spool waits for the database");
                     return Drained::NotNow;

@@ -571,12 +571,7 @@ fn refusal(denied: &Denied) -> Response {
     resp
 }
 
-/// A refusal answers before the body is read; hyper then cannot reuse the
-/// connection, so say so, or a client would send its next request on a
-/// connection about to close.
-fn close_after(resp: &mut Response) {
-    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
-}
+use crate::error::close_after;
 
 /// Checks credentials before anything else of the request is looked at
 /// (inside the request id and the metrics, see `edge`, so refusals are

@@ -95,6 +95,16 @@ impl IntoResponse for ApiError {
                 resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                 resp
             }
+            ApiError::Engine(EngineError::Timeout { code, message }) => {
+                tracing::warn!(code, error = %message, "a statement timed out; answering 503");
+                let body = serde_json::json!({
+                    "error": "the database did not answer in time, retry", "code": code,
+                    "detail": timeout_detail(code),
+                });
+                let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
+                resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp
+            }
             ApiError::Engine(EngineError::Encryption(detail)) => {
                 tracing::error!(error = %detail, "encryption at rest");
                 let body = serde_json::json!({
@@ -124,4 +134,20 @@ impl IntoResponse for ApiError {
             }
         }
     }
+}
+
+/// What a timed-out call tells its client: it wrote nothing.
+pub(crate) fn timeout_detail(code: &str) -> &'static str {
+    if code == "lock_timeout" {
+        "a row the call needs is locked by another session past the lock timeout; nothing was written"
+    } else {
+        "the statement ran past the statement timeout and was cancelled; nothing was written"
+    }
+}
+
+/// An answer sent before the request body was read: hyper cannot reuse the
+/// connection (the unread body would be taken for the next request), so
+/// say so, or a client would send its next request on a closing connection.
+pub(crate) fn close_after(resp: &mut Response) {
+    resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
 }

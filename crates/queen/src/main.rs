@@ -154,6 +154,8 @@ impl DbArgs {
             pool_size: self.pool_size,
             prepared_statements: self.prepared_statements,
             listen_url: self.listen_database_url.clone(),
+            lock_timeout: d.lock_timeout,
+            statement_timeout: d.statement_timeout,
         })
     }
 }
@@ -271,6 +273,15 @@ struct ServeArgs {
     /// bundle runs alone).
     #[arg(long, env = "QUEEN_TRANSACTION_BATCH_SLOTS", default_value_t = 1)]
     transaction_batch_slots: usize,
+    /// Milliseconds a request's statement may wait for a row or advisory lock held elsewhere
+    /// (PostgreSQL's lock_timeout); then it answers 503 `lock_timeout`, having written nothing
+    /// (0: wait for ever). Migrations are exempt.
+    #[arg(long, env = "QUEEN_LOCK_TIMEOUT_MS", default_value_t = 5_000)]
+    lock_timeout_ms: u64,
+    /// Milliseconds a request's statement may run (PostgreSQL's statement_timeout); then it
+    /// answers 503 `statement_timeout`, having written nothing (0: no limit). Migrations are exempt.
+    #[arg(long, env = "QUEEN_STATEMENT_TIMEOUT_MS", default_value_t = 30_000)]
+    statement_timeout_ms: u64,
     /// Largest request body in bytes.
     #[arg(long, env = "QUEEN_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
@@ -502,6 +513,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             (db, Some(pg))
         }
     };
+    let mut db = db;
+    db.lock_timeout = Some(Duration::from_millis(args.lock_timeout_ms));
+    db.statement_timeout = Some(Duration::from_millis(args.statement_timeout_ms));
     let result = run_broker(&args, &db, auth).await;
     if let Some(pg) = embedded {
         pg.stop().await;

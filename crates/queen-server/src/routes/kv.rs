@@ -59,6 +59,14 @@ pub(crate) fn kv_failure(e: ApiError) -> Response {
                 "PostgreSQL is not reachable; retry",
             )
         }
+        ApiError::Engine(EngineError::Timeout { code, message }) => {
+            tracing::warn!(code, error = %message, "kv statement timed out, answering 503");
+            let body = serde_json::json!({"error": "kv_unavailable", "reason": "kv_timeout", "code": code,
+                "detail": crate::error::timeout_detail(code)});
+            let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
+        }
         ApiError::Engine(EngineError::Conflict(msg)) => {
             tracing::warn!(error = %msg, "kv conflict, answering 503");
             kv_error(

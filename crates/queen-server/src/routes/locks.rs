@@ -35,6 +35,15 @@ fn locks_failure(e: ApiError) -> Response {
         ApiError::Engine(EngineError::UnstorableText(msg)) => {
             locks_error(StatusCode::BAD_REQUEST, "locks_bad_request", "locks_bad_body", &msg)
         }
+        ApiError::Engine(EngineError::Timeout { code, message }) => {
+            tracing::warn!(code, error = %message, "locks statement timed out, answering 503");
+            locks_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "locks_unavailable",
+                code,
+                crate::error::timeout_detail(code),
+            )
+        }
         ApiError::Engine(EngineError::Unavailable(msg) | EngineError::Conflict(msg)) => {
             tracing::warn!(error = %msg, "locks answering 503");
             locks_error(

@@ -47,6 +47,15 @@ fn timers_failure(e: ApiError) -> Response {
         ApiError::Engine(EngineError::UnstorableText(msg)) => {
             timers_error(StatusCode::BAD_REQUEST, "timers_bad_request", "timers_bad_body", &msg)
         }
+        ApiError::Engine(EngineError::Timeout { code, message }) => {
+            tracing::warn!(code, error = %message, "timers statement timed out, answering 503");
+            timers_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timers_unavailable",
+                code,
+                crate::error::timeout_detail(code),
+            )
+        }
         ApiError::Engine(EngineError::Unavailable(msg) | EngineError::Conflict(msg)) => {
             tracing::warn!(error = %msg, "timers answering 503");
             timers_error(

@@ -338,8 +338,23 @@ impl TestBroker {
         b
     }
 
+    /// A broker on a fresh database whose connection settings `adjust` changes
+    /// (timeouts, pool size).
+    pub async fn start_with_db(adjust: impl FnOnce(&mut DbConfig)) -> Self {
+        let db = fresh_database().await;
+        let mut cfg = db_config(&db);
+        adjust(&mut cfg);
+        let mut b = Self::on_db_config(&db, &cfg, EngineOptions::default(), ServerConfig::default()).await;
+        b.owns_db = true;
+        b
+    }
+
     async fn on_with_engine(db: &str, options: EngineOptions, config: ServerConfig) -> Self {
-        let engine = Arc::new(Engine::connect(&db_config(db), options).expect("engine"));
+        Self::on_db_config(db, &db_config(db), options, config).await
+    }
+
+    async fn on_db_config(db: &str, cfg: &DbConfig, options: EngineOptions, config: ServerConfig) -> Self {
+        let engine = Arc::new(Engine::connect(cfg, options).expect("engine"));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let base = format!("http://{}", listener.local_addr().expect("addr"));
         let (stop, stopped) = oneshot::channel::<()>();
