@@ -58,7 +58,10 @@ pub(crate) async fn read(limits: BodyLimits, req: Request) -> Result<Request, Re
                 Refusal::TooSlow => ApiError::BodyTimeout,
                 Refusal::Broken(e) => ApiError::bad("body", format!("could not be read: {e}")),
             };
-            Err(if kv_route { crate::routes::kv_failure(error) } else { error.into_response() })
+            let mut resp = if kv_route { crate::routes::kv_failure(error) } else { error.into_response() };
+            // The body was not read to its end: the connection cannot carry another request.
+            crate::error::close_after(&mut resp);
+            Err(resp)
         }
     }
 }

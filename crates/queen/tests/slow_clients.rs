@@ -183,3 +183,71 @@ async fn a_long_poll_outlives_the_header_and_body_timeouts() {
     let health = reqwest::get(b.url("/health")).await.unwrap();
     assert_eq!(health.status(), 200);
 }
+
+/// Reads one response's head (up to the blank line), lower-cased.
+async fn read_head(stream: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n =
+            tokio::time::timeout(PATIENCE, stream.read(&mut byte)).await.expect("an answer in time").unwrap();
+        assert!(n > 0, "closed before a full head: {:?}", String::from_utf8_lossy(&buf));
+        buf.push(byte[0]);
+    }
+    String::from_utf8_lossy(&buf).to_ascii_lowercase()
+}
+
+/// Whether the broker closes the connection, whatever it still sends first
+/// (the rest of the answer's body).
+async fn closes(stream: &mut TcpStream) -> bool {
+    let mut chunk = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(PATIENCE, stream.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_answer_sent_before_the_body_was_read_says_connection_close_and_closes() {
+    let b =
+        TestBroker::start_with(ServerConfig { max_body_bytes: 64 * 1024, ..ServerConfig::default() }).await;
+    for path in ["/api/v1/push", "/api/v1/kv", "/api/v1/configure"] {
+        let mut s = connect(&b).await;
+        // 128 KiB announced and 2 KiB of it sent, then a second request that a
+        // kept-alive connection would read out of the unread body.
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            128 * 1024
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        s.write_all(&[b' '; 2048]).await.unwrap();
+        let answer = read_head(&mut s).await;
+        assert!(answer.starts_with("http/1.1 413"), "{path}: {answer}");
+        assert!(answer.contains("\r\nconnection: close\r\n"), "{path}: {answer}");
+        let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n").await;
+        assert!(closes(&mut s).await, "{path}: the connection was kept open");
+    }
+    // A chunked body refused past the limit, too.
+    let mut s = connect(&b).await;
+    s.write_all(b"POST /api/v1/push HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .await
+        .unwrap();
+    let piece = vec![b' '; 8 * 1024];
+    for _ in 0..10 {
+        s.write_all(format!("{:x}\r\n", piece.len()).as_bytes()).await.unwrap();
+        s.write_all(&piece).await.unwrap();
+        s.write_all(b"\r\n").await.unwrap();
+    }
+    let answer = read_head(&mut s).await;
+    assert!(answer.starts_with("http/1.1 413") && answer.contains("\r\nconnection: close\r\n"), "{answer}");
+    assert!(closes(&mut s).await, "the chunked request's connection was kept open");
+    // An answer after the whole body keeps the connection.
+    let mut s = connect(&b).await;
+    s.write_all(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n").await.unwrap();
+    let answer = read_head(&mut s).await;
+    assert!(!answer.contains("connection: close"), "{answer}");
+    assert_eq!(b.written_rows().await, 0);
+}
