@@ -806,8 +806,7 @@ async fn start_broker(url: &str, pool_size: usize) -> anyhow::Result<Broker> {
     let broker = Broker { child, base: format!("http://127.0.0.1:{port}") };
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while http.get(format!("{}/health", broker.base)).send().await.map(|r| r.status() != 200).unwrap_or(true)
-    {
+    while http.get(format!("{}/ready", broker.base)).send().await.map(|r| r.status() != 200).unwrap_or(true) {
         if Instant::now() > deadline {
             bail!("the broker did not become healthy");
         }

@@ -271,6 +271,9 @@ pub struct Engine {
     identity: Arc<crate::brokers::Identity>,
     traffic: Arc<crate::brokers::Traffic>,
     pub(crate) spool: Option<Arc<crate::spool::Spool>>,
+    /// Set by [`Engine::expect_migration`] until a migration succeeds: the
+    /// broker serves (health, readiness, the push spool) before its schema is there.
+    awaiting_migration: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -403,6 +406,7 @@ impl Engine {
             identity,
             traffic,
             spool,
+            awaiting_migration: false.into(),
         })
     }
 
@@ -516,7 +520,35 @@ impl Engine {
     /// Applies the migrations (idempotent, safe with concurrent brokers).
     pub async fn migrate(&self) -> Result<(), EngineError> {
         let mut client = self.pool.get().await?;
-        crate::migrate(&mut client).await
+        crate::migrate(&mut client).await?;
+        self.awaiting_migration.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Marks the schema as not there yet: until [`Engine::migrate`]
+    /// succeeds, [`Engine::ready`] fails, pushes go to the spool (when
+    /// there is one) and the spool does not drain.
+    pub fn expect_migration(&self) {
+        self.awaiting_migration.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a migration this engine waits for has not succeeded yet.
+    pub fn awaiting_migration(&self) -> bool {
+        self.awaiting_migration.load(Ordering::SeqCst)
+    }
+
+    /// Whether the engine can serve requests that need the database: the
+    /// schema is migrated and the database answers.
+    pub async fn ready(&self) -> Result<(), EngineError> {
+        if self.awaiting_migration() {
+            return Err(EngineError::Unavailable("the database schema is not migrated yet".into()));
+        }
+        self.health().await
+    }
+
+    /// Whether this engine keeps pushes in a spool when the database is away.
+    pub fn has_spool(&self) -> bool {
+        self.spool.is_some()
     }
 
     /// Succeeds when the database answers.
@@ -826,11 +858,14 @@ async fn sweep(
     pruned: Arc<AtomicU64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut outage = crate::outage::Outage::new("kv sweep");
+    let mut pause = every;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => return,
         }
+        pause = every;
         loop {
             let step = async {
                 let client = pool.get().await?;
@@ -840,13 +875,14 @@ async fn sweep(
             };
             match step.await {
                 Ok(n) => {
+                    outage.ok();
                     pruned.fetch_add(n.max(0) as u64, Ordering::Relaxed);
                     if n < batch || *shutdown.borrow() {
                         break;
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "kv sweep failed; will retry");
+                    pause = every.max(outage.failed(&e));
                     break;
                 }
             }

@@ -213,10 +213,13 @@ pub(crate) async fn run_registry(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut greeted = false;
+    let mut outage = crate::outage::Outage::new("broker heartbeat");
     loop {
         let mark = announcer.hello_mark();
+        let mut pause = BEAT_EVERY;
         match beat(&pool, &waiters, &me).await {
             Ok(others) => {
+                outage.ok();
                 announcer.registry_read(mark, others);
                 if !greeted && announcer.enabled() {
                     match say_hello(&pool, &announcer).await {
@@ -225,13 +228,13 @@ pub(crate) async fn run_registry(
                     }
                 }
             }
-            Err(e) => tracing::debug!(error = %e, "broker heartbeat failed"),
+            Err(e) => pause = BEAT_EVERY.max(outage.failed(&e)),
         }
         if let Err(e) = flush_traffic(&pool, &me, &traffic).await {
             tracing::debug!(error = %e, "writing the broker's traffic failed (carried to the next beat)");
         }
         tokio::select! {
-            _ = tokio::time::sleep(BEAT_EVERY) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => return,
         }
     }

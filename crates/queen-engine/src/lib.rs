@@ -30,6 +30,7 @@ mod kv_decode;
 mod locks;
 mod migrate;
 mod notifier;
+mod outage;
 mod pg_tls;
 mod push;
 mod reads;

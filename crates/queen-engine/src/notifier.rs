@@ -237,10 +237,12 @@ pub(crate) async fn run(
     announcer: Arc<Announcer>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut outage = crate::outage::Outage::new("notification listener");
     loop {
         if *shutdown.borrow() {
             return;
         }
+        let mut pause = Duration::from_millis(500);
         let connected = match &tls {
             PgTls::Plain => pg.connect(NoTls).await.map(|(client, connection)| {
                 let mut connection = connection;
@@ -277,8 +279,9 @@ pub(crate) async fn run(
                 let listening =
                     if listen { client.batch_execute(&format!("LISTEN {CHANNEL}")).await } else { Ok(()) };
                 if let Err(e) = listening {
-                    tracing::warn!(error = %e, "LISTEN failed");
+                    pause = pause.max(outage.failed(&e));
                 } else {
+                    outage.ok();
                     announcer.set_listening(listen);
                     // Anything pushed while we were not listening: let waiters re-check.
                     waiters.wake_all();
@@ -317,10 +320,10 @@ pub(crate) async fn run(
                 announcer.set_listening(false);
                 pump.abort();
             }
-            Err(e) => tracing::warn!(error = %e, "cannot open the notification connection"),
+            Err(e) => pause = pause.max(outage.failed(&e)),
         }
         tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => return,
         }
     }

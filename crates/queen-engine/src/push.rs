@@ -312,6 +312,10 @@ impl Engine {
         }
         let Some(spool) = self.spool() else { return self.push_now(&items).await };
         draw_missing_ids(&mut items);
+        if self.awaiting_migration() {
+            let cause = EngineError::Unavailable("the database schema is not migrated yet".into());
+            return self.spool_items(spool, &items, cause);
+        }
         if spool.holds_records() {
             let cause = EngineError::Unavailable("the push spool is draining".into());
             return self.spool_items(spool, &items, cause);

@@ -88,19 +88,26 @@ pub(crate) async fn sweep_retention(
     stats: Arc<RetentionStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let mut outage = crate::outage::Outage::new("retention sweep");
+    let mut pause = every;
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => return,
         }
+        pause = every;
         for _ in 0..MAX_PASSES_PER_TICK {
             match pass(&pool, batch, &stats).await {
                 Ok(Some(removed)) if removed.retained + removed.evicted > 0 && !*shutdown.borrow() => {
-                    continue
+                    outage.ok();
+                    continue;
                 }
-                Ok(_) => break,
+                Ok(_) => {
+                    outage.ok();
+                    break;
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "retention sweep failed; will retry");
+                    pause = every.max(outage.failed(&e));
                     break;
                 }
             }

@@ -493,6 +493,9 @@ impl Engine {
 
     /// One pass: adopted segments first, then this broker's sealed ones.
     async fn drain_spool(&self, spool: &Spool) -> Drained {
+        if self.awaiting_migration() {
+            return Drained::NotNow;
+        }
         spool.adopt_orphans();
         if !spool.holds_records() {
             return Drained::All;

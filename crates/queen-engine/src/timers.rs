@@ -591,27 +591,39 @@ pub(crate) async fn sweep_timers(
     // on another engine is fired by that engine's own sweeper.
     const IDLE_ROUNDS: u32 = 5;
     let mut nap = every;
+    let mut outage = crate::outage::Outage::new("timer sweep");
     loop {
         tokio::select! {
             _ = tokio::time::sleep(nap) => {}
             _ = stats.wake.notified() => {}
             _ = shutdown.changed() => return,
         }
+        let mut failed = None;
         loop {
             match fire_sealed(&pool, batch, &announce, &stats, key.as_ref()).await {
                 Ok(f) if f.fired as i32 >= batch && !*shutdown.borrow() => continue,
                 Ok(_) => break,
                 Err(e) => {
-                    tracing::warn!(error = %e, "timer fire failed; will retry");
+                    failed = Some(outage.failed(&e));
                     break;
                 }
             }
         }
+        if let Some(pause) = failed {
+            nap = every.max(pause);
+            continue;
+        }
         let idle = every * IDLE_ROUNDS;
         nap = match next_due_in(&pool).await {
-            Ok(Some(secs)) => Duration::from_secs_f64(secs.max(0.0)).clamp(Duration::from_millis(5), idle),
-            Ok(None) => idle,
-            Err(_) => every,
+            Ok(Some(secs)) => {
+                outage.ok();
+                Duration::from_secs_f64(secs.max(0.0)).clamp(Duration::from_millis(5), idle)
+            }
+            Ok(None) => {
+                outage.ok();
+                idle
+            }
+            Err(e) => every.max(outage.failed(&e)),
         };
     }
 }

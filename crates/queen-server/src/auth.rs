@@ -480,7 +480,7 @@ enum Denied {
 
 /// `GET /health` stays open so that probes need no credentials.
 fn is_open(method: &Method, route: Option<&str>) -> bool {
-    (method == Method::GET || method == Method::HEAD) && route == Some("/health")
+    (method == Method::GET || method == Method::HEAD) && matches!(route, Some("/health" | "/ready"))
 }
 
 /// The dashboard's pages and actions check their own session cookie (and

@@ -16,7 +16,8 @@
 //!   included;
 //! - credentials (`auth`), before anything else of the request is looked at;
 //! - the whole body read within its limits (`body_guard`);
-//! - a target that cannot mean one thing refused (`uri_guard`).
+//! - a target that cannot mean one thing refused (`uri_guard`);
+//! - until the schema is migrated, 503 for the routes that need it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -35,6 +36,7 @@ static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// What the edge needs, built once per router.
 pub(crate) struct Edge {
+    pub(crate) engine: Arc<queen_engine::Engine>,
     pub(crate) auth: AuthConfig,
     pub(crate) body: BodyLimits,
     pub(crate) ids: RequestIds,
@@ -106,7 +108,31 @@ async fn checked(edge: &Edge, mut req: Request, next: Next) -> Response {
     if let Some(refusal) = crate::uri_guard::check(req.uri()) {
         return refusal;
     }
+    if edge.engine.awaiting_migration() && needs_schema(&edge.engine, &req) {
+        return starting();
+    }
     next.run(req).await
+}
+
+/// Until the schema is migrated, every route that reads or writes it waits;
+/// the probes, the API document and the spool's status do not, nor a push
+/// when there is a spool (it is spooled, and drained after the migration).
+fn needs_schema(engine: &queen_engine::Engine, req: &Request) -> bool {
+    let path = req.uri().path();
+    let free = matches!(path, "/health" | "/ready" | "/openapi.json" | "/api/v1/status/buffers")
+        || (path == "/api/v1/push" && engine.has_spool());
+    !free
+}
+
+/// 503 while the database is unreachable or not yet migrated.
+fn starting() -> Response {
+    let body = serde_json::json!({
+        "error": "database unavailable, retry", "code": "unavailable",
+        "detail": "the broker is waiting for PostgreSQL (unreachable or not yet migrated)",
+    });
+    let mut resp = crate::error::json_response(axum::http::StatusCode::SERVICE_UNAVAILABLE, body.to_string());
+    resp.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
 }
 
 /// One span per request, named by the route template and the request id;

@@ -86,7 +86,12 @@ pub(crate) const PUSH_DECODED_KIB: usize = 1024;
 pub fn router(engine: Arc<Engine>, config: ServerConfig) -> Router {
     let limit = config.max_body_bytes;
     let body = body_guard::BodyLimits { max_bytes: limit, read_timeout: config.body_read_timeout };
-    let edge = Arc::new(edge::Edge { auth: config.auth.clone(), body, ids: edge::RequestIds::new() });
+    let edge = Arc::new(edge::Edge {
+        engine: engine.clone(),
+        auth: config.auth.clone(),
+        body,
+        ids: edge::RequestIds::new(),
+    });
     // Installed before the first request so every family is recorded.
     let _ = metrics::handle();
     let (routes, doc) = routes::router().split_for_parts();

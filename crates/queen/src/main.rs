@@ -542,6 +542,13 @@ fn spool_options(args: &ServeArgs) -> anyhow::Result<Option<queen_engine::SpoolO
 }
 
 async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow::Result<()> {
+    // The port first: a clash fails the start at once, not after the database is found.
+    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
+        .parse()
+        .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (port {})", args.port))?;
     let options = EngineOptions {
         kv_max_read_bytes: args.kv_max_read_bytes,
         kv_sweep_interval: (args.kv_sweep_interval_ms > 0)
@@ -573,26 +580,11 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         encryption_key: encryption_key(args.encryption_key.as_deref(), args.encryption_keys.as_deref())?,
     };
     let engine = Arc::new(Engine::connect(db, options)?);
-    // A database that is still starting is waited for; anything else is fatal.
-    let mut attempts = 0;
-    loop {
-        match engine.migrate().await {
-            Ok(()) => break,
-            Err(EngineError::Unavailable(e)) if attempts < 60 => {
-                attempts += 1;
-                tracing::warn!(error = %e, "database not reachable yet; retrying");
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            Err(e) => return Err(e).context("migrating the database"),
-        }
-    }
-    // Rows sealed with a key this broker lacks: refuse to serve.
-    engine.check_encryption_keys().await.context("checking the encryption keys")?;
-    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
-        .parse()
-        .with_context(|| format!("bad listen address {}:{}", args.host, args.port))?;
-    let listener =
-        tokio::net::TcpListener::bind(addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    // Served at once: /health 200, /ready and requests that need the
+    // schema 503 until the migration, retried in the background, succeeds.
+    engine.expect_migration();
+    let (fatal_tx, fatal_rx) = tokio::sync::oneshot::channel::<EngineError>();
+    tokio::spawn(migrate_until_done(engine.clone(), fatal_tx));
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(queen_server::TlsIdentity::from_pem_files(cert, key)?),
         _ => None,
@@ -606,10 +598,68 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         auth,
         tls,
     };
-    queen_server::serve(listener, engine, config, shutdown_signal()).await?;
+    let fatal = Arc::new(std::sync::Mutex::new(None));
+    let stop = {
+        let fatal = fatal.clone();
+        async move {
+            tokio::select! {
+                () = shutdown_signal() => {}
+                Ok(e) = fatal_rx => {
+                    if let Ok(mut slot) = fatal.lock() {
+                        *slot = Some(e);
+                    }
+                }
+            }
+        }
+    };
+    queen_server::serve(listener, engine, config, stop).await?;
+    if let Some(e) = fatal.lock().ok().and_then(|mut slot| slot.take()) {
+        return Err(e).context("migrating the database and checking its encryption keys");
+    }
     tracing::info!("stopped");
     Ok(())
 }
+
+/// Migrates, retrying with a capped backoff while PostgreSQL is unreachable
+/// (it may start after the broker, or be restarting); logs the outage once
+/// and the recovery once. Any other failure is fatal and stops the broker.
+async fn migrate_until_done(engine: Arc<Engine>, fatal: tokio::sync::oneshot::Sender<EngineError>) {
+    let mut backoff = Duration::from_millis(100);
+    let mut down = false;
+    loop {
+        // Rows sealed with a key this broker lacks: refuse to serve.
+        let migrated = match engine.migrate().await {
+            Ok(()) => engine.check_encryption_keys().await.inspect_err(|_| engine.expect_migration()),
+            Err(e) => Err(e),
+        };
+        match migrated {
+            Ok(()) => {
+                if down {
+                    tracing::warn!("database reachable again; schema migrated, ready");
+                } else {
+                    tracing::info!("schema migrated, ready");
+                }
+                return;
+            }
+            Err(EngineError::Unavailable(e)) => {
+                if !down {
+                    tracing::warn!(error = %e, "database unreachable; /ready answers 503, retrying with backoff");
+                    down = true;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MIGRATE_BACKOFF_CAP);
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the migration or the encryption key check failed");
+                let _ = fatal.send(e);
+                return;
+            }
+        }
+    }
+}
+
+/// The longest pause between two migration attempts while PostgreSQL is away.
+const MIGRATE_BACKOFF_CAP: Duration = Duration::from_secs(5);
 
 async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};

@@ -29,7 +29,7 @@ fn spawn_broker(url: &str, port: u16) -> Child {
 
 async fn wait_healthy(http: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !matches!(http.get(format!("{base}/health")).send().await, Ok(r) if r.status() == 200) {
+    while !matches!(http.get(format!("{base}/ready")).send().await, Ok(r) if r.status() == 200) {
         assert!(Instant::now() < deadline, "broker did not come back");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

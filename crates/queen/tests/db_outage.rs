@@ -88,8 +88,11 @@ async fn database_outage_answers_503_with_retry_after_and_recovers_without_resta
     assert_eq!(resp.headers().get("retry-after").and_then(|v| v.to_str().ok()), Some("1"));
     let body: serde_json::Value = resp.json().await.expect("json");
     assert!(body["error"].is_string(), "503 body carries an error: {body}");
+    // Liveness stays 200; readiness says the database is away.
     let health = http.get(format!("{base}/health")).send().await.expect("health");
-    assert_eq!(health.status(), 503);
+    assert_eq!(health.status(), 200);
+    let ready = http.get(format!("{base}/ready")).send().await.expect("ready");
+    assert_eq!(ready.status(), 503);
 
     proxy.restore();
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -24,7 +24,7 @@ fn serve_embedded(dir: &std::path::Path, port: u16) -> Child {
 async fn wait_healthy(http: &reqwest::Client, base: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(r) = http.get(format!("{base}/health")).send().await {
+        if let Ok(r) = http.get(format!("{base}/ready")).send().await {
             if r.status() == 200 {
                 return;
             }

@@ -213,7 +213,7 @@ async fn probe_while_down(api: &Api, tally: &Tally, i: usize) {
         ),
         api.http.post(api.url("/api/v1/transaction")).json(&json!({"operations": [],
             "kv": [{"op": "putIfAbsent", "ns": "probe", "key": format!("tx-{i}"), "value": 1, "ttlSeconds": 60}]})),
-        api.http.get(api.url("/health")),
+        api.http.get(api.url("/ready")),
     ];
     for (n, req) in probes.into_iter().enumerate() {
         match send(req).await {
@@ -273,7 +273,7 @@ async fn postgres_restarted_under_load_is_503_while_down_and_recovers_without_a_
     pg.pg_ctl_start();
     let up_at = Instant::now();
     common::eventually(Duration::from_secs(30), "the broker to recover", || async {
-        let (status, _, _) = send(api.http.get(api.url("/health"))).await.ok()?;
+        let (status, _, _) = send(api.http.get(api.url("/ready"))).await.ok()?;
         (status == 200).then_some(())
     })
     .await;
@@ -394,7 +394,7 @@ async fn one_long_poll_request_waiting_across_the_outage_answers_the_message_pus
     tokio::time::sleep(Duration::from_secs(2)).await;
     pg.pg_ctl_start();
     common::eventually(Duration::from_secs(30), "the broker to recover", || async {
-        let (status, _, _) = send(api.http.get(api.url("/health"))).await.ok()?;
+        let (status, _, _) = send(api.http.get(api.url("/ready"))).await.ok()?;
         (status == 200).then_some(())
     })
     .await;
@@ -444,4 +444,89 @@ async fn timers_due_across_a_postgres_restart_fire_exactly_once() {
     let fired: HashMap<String, i64> = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
     assert_eq!(fired.len(), 300, "every timer fired");
     assert!(fired.values().all(|n| *n == 1), "none twice: {fired:?}");
+}
+
+/// Lines of `log` that contain `needle`.
+fn lines_with(log: &std::path::Path, needle: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines().filter(|l| l.contains(needle)).map(str::to_owned).collect()
+}
+
+#[tokio::test]
+async fn a_broker_started_before_postgres_serves_liveness_at_once_and_becomes_ready_when_it_starts() {
+    let pg = PrivatePg::start();
+    pg.sql("postgres").await.batch_execute("CREATE DATABASE queen").await.expect("create database");
+    pg.pg_ctl_stop("fast");
+    let log = std::env::temp_dir().join(format!("queen-start-{}.log", uuid::Uuid::new_v4().simple()));
+    let spec = ServeSpec {
+        url: pg.url("queen"),
+        port: common::free_port(),
+        env: Vec::new(),
+        log: Some(log.clone()),
+    }
+    .env("RUST_LOG", "warn")
+    .env("QUEEN_SPOOL", "false");
+    let started = Instant::now();
+    let broker = BrokerProcess::start(&spec);
+    let api = broker.api.clone();
+    common::eventually(Duration::from_secs(5), "/health 200 with PostgreSQL down", || async {
+        let (status, _, body) = send(api.http.get(api.url("/health"))).await.ok()?;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5), "liveness took {:?}", started.elapsed());
+    let (status, retry_after, body) = send(api.http.get(api.url("/ready"))).await.expect("ready");
+    assert_eq!((status, retry_after.as_deref()), (503, Some("1")), "{body}");
+    let push =
+        || api.http.post(api.url("/api/v1/push")).json(&json!({"items": [{"queue": "early", "payload": 1}]}));
+    let (status, retry_after, body) = send(push()).await.expect("push");
+    assert_eq!((status, retry_after.as_deref()), (503, Some("1")), "a push before the database: {body}");
+    // Several retries go by (backoff 0.1, 0.2, 0.4, 0.8, 1.6 s ...).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(send(api.http.get(api.url("/health"))).await.expect("health").0, 200);
+
+    pg.pg_ctl_start();
+    common::eventually(Duration::from_secs(20), "/ready 200 once PostgreSQL is up", || async {
+        let (status, _, _) = send(api.http.get(api.url("/ready"))).await.ok()?;
+        (status == 200).then_some(())
+    })
+    .await;
+    let (status, _, body) = send(push()).await.expect("push");
+    assert_eq!(status, 201, "a push once migrated, same broker process: {body}");
+    let stored: i64 = pg
+        .sql("queen")
+        .await
+        .query_one("SELECT count(*) FROM queen.messages", &[])
+        .await
+        .expect("count")
+        .get(0);
+    assert_eq!(stored, 1);
+    let outage = lines_with(&log, "database unreachable");
+    assert_eq!(outage.len(), 1, "one line for the outage, not one per retry: {outage:#?}");
+    assert_eq!(lines_with(&log, "database reachable again").len(), 1, "{:?}", std::fs::read_to_string(&log));
+    drop(broker);
+    let _ = std::fs::remove_file(&log);
+}
+
+#[tokio::test]
+async fn a_taken_port_fails_the_start_at_once_with_a_message_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("addr").port();
+    let log = std::env::temp_dir().join(format!("queen-port-{}.log", uuid::Uuid::new_v4().simple()));
+    // No database listens on port 1: the broker must not wait for one first.
+    let spec = ServeSpec {
+        url: "postgres://postgres@127.0.0.1:1/queen".into(),
+        port,
+        env: Vec::new(),
+        log: Some(log.clone()),
+    };
+    let started = Instant::now();
+    let mut broker = BrokerProcess::start(&spec);
+    let status = broker.wait_exit(Duration::from_secs(10)).await;
+    assert!(!status.success(), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(5), "exited after {:?}", started.elapsed());
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains(&format!("port {port}")), "the message names the port: {text}");
+    drop(taken);
+    let _ = std::fs::remove_file(&log);
 }

@@ -334,3 +334,28 @@ async fn without_a_spool_the_status_says_it_is_off() {
     assert_eq!(v["enabled"], false);
     assert_eq!(v["pending"], 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_to_a_broker_started_before_postgres_are_spooled_and_drained_after_its_migration() {
+    let (pg, spool) = cluster().await;
+    pg.pg_ctl_stop("fast");
+    let broker = BrokerProcess::start(&spec(&pg, &spool, common::free_port()));
+    let api = broker.api.clone();
+    let (status, v) = eventually(Duration::from_secs(10), "a push before the database", || async {
+        let (status, v) = push_one(&api, 0, "early", 0).await;
+        (status != 0).then_some((status, v))
+    })
+    .await;
+    assert_eq!((status, v[0]["status"].as_str()), (201, Some("buffered")), "{v}");
+    let (status, _) = api.get("/ready").await;
+    assert_eq!(status, 503);
+    pg.pg_ctl_start();
+    let stored = eventually(Duration::from_secs(30), "the spooled push drained", || async {
+        let all = everything(&pg).await;
+        (!all.is_empty()).then_some(all)
+    })
+    .await;
+    assert_eq!(stored["p0"], vec![(0, "early".to_owned())]);
+    let (status, v) = push_one(&api, 0, "late", 1).await;
+    assert_eq!((status, v[0]["status"].as_str()), (201, Some("queued")), "{v}");
+}

@@ -298,7 +298,7 @@ async fn the_broker_serves_https_and_the_sdk_and_cli_speak_it() {
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = trusting.get(format!("{https}/health")).send().await {
+        if let Ok(r) = trusting.get(format!("{https}/ready")).send().await {
             if r.status().as_u16() == 200 {
                 break;
             }

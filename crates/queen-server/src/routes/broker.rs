@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use queen_engine::{DlqQuery, PopRequest};
@@ -29,15 +29,42 @@ fn ok(json: queen_engine::Json) -> Response {
     json_response(StatusCode::OK, json.0)
 }
 
-#[utoipa::path(get, path = "/health", tag = "broker", responses((status = 200, description = "Healthy", body = Object), (status = 503, description = "PostgreSQL unreachable", body = ErrorBody)))]
+/// How long `/health` and `/ready` wait for the database's answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Liveness: 200 while the process serves, the database reachable or not
+/// (`database` says which); `/ready` is the probe that needs the database.
+#[utoipa::path(get, path = "/health", tag = "broker", responses((status = 200, description = "The process serves; `database` is connected or disconnected", body = Object)))]
 pub(crate) async fn health(State(app): State<Arc<AppState>>) -> Response {
-    match app.engine.health().await {
-        Ok(()) => json_response(
-            StatusCode::OK,
-            serde_json::json!({"status": "healthy", "database": "connected", "version": env!("CARGO_PKG_VERSION")})
-                .to_string(),
-        ),
-        Err(e) => ApiError::from(e).into_response(),
+    let connected = matches!(tokio::time::timeout(PROBE_TIMEOUT, app.engine.health()).await, Ok(Ok(())));
+    let (status, database) = if connected { ("healthy", "connected") } else { ("degraded", "disconnected") };
+    json_response(
+        StatusCode::OK,
+        serde_json::json!({"status": status, "database": database, "version": env!("CARGO_PKG_VERSION")})
+            .to_string(),
+    )
+}
+
+/// Readiness: 200 once the schema is migrated and while the database
+/// answers; else 503 with `Retry-After`.
+#[utoipa::path(get, path = "/ready", tag = "broker", responses((status = 200, description = "Ready: the database answers and the schema is migrated", body = Object), (status = 503, description = "Not ready; Retry-After", body = ErrorBody)))]
+pub(crate) async fn ready(State(app): State<Arc<AppState>>) -> Response {
+    let verdict = match tokio::time::timeout(PROBE_TIMEOUT, app.engine.ready()).await {
+        Ok(verdict) => verdict,
+        Err(_) => Err(queen_engine::EngineError::Unavailable("the database did not answer in time".into())),
+    };
+    match verdict {
+        Ok(()) => json_response(StatusCode::OK, serde_json::json!({"status": "ready"}).to_string()),
+        Err(e) => {
+            let migrating = app.engine.awaiting_migration();
+            let body = serde_json::json!({
+                "status": "unavailable", "error": "not ready", "code": "not_ready",
+                "database": if migrating { "not migrated" } else { "disconnected" }, "detail": e.to_string(),
+            });
+            let mut resp = json_response(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp
+        }
     }
 }
 

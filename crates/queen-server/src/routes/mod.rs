@@ -24,6 +24,7 @@ use crate::AppState;
 pub(crate) fn router() -> OpenApiRouter<Arc<AppState>> {
     OpenApiRouter::new()
         .routes(routes!(broker::health))
+        .routes(routes!(broker::ready))
         .routes(routes!(admin::metrics_json))
         .routes(routes!(admin::metrics_prometheus))
         .routes(routes!(admin::overview))

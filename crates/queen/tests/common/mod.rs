@@ -476,7 +476,7 @@ pub struct BrokerProcess {
 }
 
 impl BrokerProcess {
-    /// Starts `queen serve` on `db` and waits until GET /health answers 200.
+    /// Starts `queen serve` on `db` and waits until GET /ready answers 200.
     pub async fn spawn(db: &str) -> Self {
         Self::spawn_with(&ServeSpec::for_db(db)).await
     }
@@ -532,11 +532,12 @@ impl ServeSpec {
     }
 }
 
-/// Waits until GET /health answers 200, up to `limit`.
+/// Waits until GET /ready answers 200 (the database answers and the schema
+/// is migrated), up to `limit`.
 pub async fn wait_healthy(api: &Api, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
-        if let Ok(resp) = api.http.get(api.url("/health")).timeout(Duration::from_secs(2)).send().await {
+        if let Ok(resp) = api.http.get(api.url("/ready")).timeout(Duration::from_secs(2)).send().await {
             if resp.status().as_u16() == 200 {
                 return;
             }
@@ -547,8 +548,28 @@ pub async fn wait_healthy(api: &Api, limit: Duration) {
 }
 
 impl BrokerProcess {
-    /// Starts `queen serve` as `spec` says and waits until GET /health answers 200.
+    /// Starts `queen serve` as `spec` says and waits until GET /ready answers 200.
     pub async fn spawn_with(spec: &ServeSpec) -> Self {
+        let mut p = Self::start(spec);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(resp) = p.api.http.get(p.api.url("/ready")).timeout(Duration::from_secs(2)).send().await
+            {
+                if resp.status().as_u16() == 200 {
+                    break;
+                }
+            }
+            if let Ok(Some(status)) = p.child.try_wait() {
+                panic!("queen serve exited early: {status}");
+            }
+            assert!(Instant::now() < deadline, "queen serve did not become ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        p
+    }
+
+    /// Starts `queen serve` as `spec` says, waiting for nothing.
+    pub fn start(spec: &ServeSpec) -> Self {
         let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_queen"));
         cmd.arg("serve")
             .env("QUEEN_DATABASE_URL", &spec.url)
@@ -577,23 +598,7 @@ impl BrokerProcess {
             }
         }
         let child = cmd.spawn().expect("spawn queen serve");
-        let mut p = BrokerProcess { child, api: Api::new(format!("http://127.0.0.1:{}", spec.port)) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(resp) =
-                p.api.http.get(p.api.url("/health")).timeout(Duration::from_secs(2)).send().await
-            {
-                if resp.status().as_u16() == 200 {
-                    break;
-                }
-            }
-            if let Ok(Some(status)) = p.child.try_wait() {
-                panic!("queen serve exited early: {status}");
-            }
-            assert!(Instant::now() < deadline, "queen serve did not become healthy");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        p
+        BrokerProcess { child, api: Api::new(format!("http://127.0.0.1:{}", spec.port)) }
     }
 
     /// SIGKILL (no shutdown of any kind) and reap the process.
