@@ -350,6 +350,11 @@ async fn pushes_to_a_broker_started_before_postgres_are_spooled_and_drained_afte
     let (status, _) = api.get("/ready").await;
     assert_eq!(status, 503);
     pg.pg_ctl_start();
+    // Ready means migrated: only then do the tables exist to be read.
+    eventually(Duration::from_secs(30), "the broker is ready", || async {
+        (api.get("/ready").await.0 == 200).then_some(())
+    })
+    .await;
     let stored = eventually(Duration::from_secs(30), "the spooled push drained", || async {
         let all = everything(&pg).await;
         (!all.is_empty()).then_some(all)
