@@ -89,7 +89,11 @@ async fn measured(edge: Arc<Edge>, req: Request, next: Next) -> Response {
     let status = resp.status();
     crate::metrics::record_request(route, &method, status, started);
     let latency_ms = started.elapsed().as_millis();
-    if status.is_server_error() {
+    if status == axum::http::StatusCode::SERVICE_UNAVAILABLE {
+        // An outage, a paused route or a probe before readiness: the
+        // outage is logged once where it is seen (outage.rs), not per request.
+        tracing::debug!(status = status.as_u16(), latency_ms, "answered 503");
+    } else if status.is_server_error() {
         tracing::error!(status = status.as_u16(), latency_ms, "response failed");
     } else {
         tracing::debug!(status = status.as_u16(), latency_ms, "finished processing request");
