@@ -292,25 +292,37 @@ async fn list(ctx: &Ctx, a: ListArgs) -> Outcome {
         }
         match page.next_cursor {
             Some(next) if a.all => cursor = Some(next),
-            Some(next) => {
-                if !ctx.json {
-                    let mut text = t.render();
-                    text.push_str(&format!("{count} keys; more follow: --cursor '{next}' (or --all)\n"));
-                    ctx.out(&text)?;
-                }
-                return Ok(());
-            }
+            Some(next) => return key_table_end(ctx, &t, count, &a.prefix, &a.ns, Some(("--cursor", &next))),
             None => break,
         }
     }
+    key_table_end(ctx, &t, count, &a.prefix, &a.ns, None)
+}
+
+/// The end of a listing of keys (`kv list`, `kv prefix`): the table and its
+/// count, and where the next page starts (`flag` and its value) when one
+/// follows; nothing more in `--json` mode, where each page was printed.
+fn key_table_end(
+    ctx: &Ctx,
+    t: &Table,
+    count: usize,
+    prefix: &str,
+    ns: &str,
+    more: Option<(&str, &str)>,
+) -> Outcome {
     if ctx.json {
         return Ok(());
     }
-    if count == 0 {
-        return ctx.out(&format!("no keys under {:?} in {}\n", a.prefix, a.ns));
+    if count == 0 && more.is_none() {
+        return ctx.out(&format!("no keys under {prefix:?} in {ns}\n"));
     }
     let mut text = t.render();
-    text.push_str(&format!("{count} keys\n"));
+    match more {
+        Some((flag, next)) => {
+            text.push_str(&format!("{count} keys; more follow: {flag} '{next}' (or --all)\n"))
+        }
+        None => text.push_str(&format!("{count} keys\n")),
+    }
     ctx.out(&text)
 }
 
@@ -388,23 +400,10 @@ async fn prefix(ctx: &Ctx, a: PrefixArgs) -> Outcome {
         match page.next_after {
             Some(next) if page.truncated && a.all => after = Some(next),
             Some(next) if page.truncated => {
-                if !ctx.json {
-                    let mut text = t.render();
-                    text.push_str(&format!("{count} keys; more follow: --after '{next}' (or --all)\n"));
-                    ctx.out(&text)?;
-                }
-                return Ok(());
+                return key_table_end(ctx, &t, count, &a.prefix, &a.ns, Some(("--after", &next)));
             }
             _ => break,
         }
     }
-    if ctx.json {
-        return Ok(());
-    }
-    if count == 0 {
-        return ctx.out(&format!("no keys under {:?} in {}\n", a.prefix, a.ns));
-    }
-    let mut text = t.render();
-    text.push_str(&format!("{count} keys\n"));
-    ctx.out(&text)
+    key_table_end(ctx, &t, count, &a.prefix, &a.ns, None)
 }
