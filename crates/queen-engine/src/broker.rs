@@ -49,12 +49,13 @@ pub struct EngineOptions {
     /// write runs alone). One is the default for writes too: everything
     /// that arrives during a commit joins the next one, where a second
     /// statement in flight splits the batch and adds a commit
-    /// (bench/README.md, "One slot per batcher").
+    /// (bench/journal/2026-12-04-one-slot-per-batcher.md).
     pub kv_write_batch_slots: usize,
     /// Concurrent push requests share one statement and one commit; this
     /// many such statements may run at once (at least 1). Batches lock
     /// partitions in one order, so several never deadlock; one is the
-    /// default, measured best on two cores (bench/README.md, "Push slots"):
+    /// default, measured best on two cores ("Push slots" in
+    /// bench/journal/2026-12-07-push-across-many-partitions.md):
     /// a second slot halves the batches and adds commits, and pushes of
     /// more than 16 items, which bypass the batcher, already run side by side.
     pub push_batch_slots: usize,

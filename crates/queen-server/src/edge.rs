@@ -6,7 +6,8 @@
 //! request, and the stack of six (with tower-http's trace and request-id
 //! layers) cost a small request more of the broker's CPU than its handler
 //! (measured: a KV get 110 µs of broker CPU with the stack, 65 µs without
-//! it; bench/README.md). What each step does is unchanged:
+//! it; bench/journal/2026-12-04-broker-overhead-dispatcher-edge.md). What each
+//! step does is unchanged:
 //! - `x-request-id`: the client's, or a new one; echoed on every answer.
 //! - a `request` span (method, route template, request id; never the URI,
 //!   so KV keys in path routes stay out of logs and traces), with DEBUG
