@@ -469,10 +469,13 @@ where
                 w.answer(Err(EngineError::Protocol(m.clone())));
             }
         }
-        Err(e @ EngineError::Timeout { .. }) => {
-            // Rolled back. The member waiting on a lock will wait again, so
-            // the others do not queue behind it: they run side by side.
-            tracing::debug!(error = %e, "a batch timed out; its members run alone");
+        Err(e) => {
+            // Rolled back. Each member runs alone, side by side: a member
+            // waiting on a lock (a timeout) will wait again and a poison
+            // member fails again, so the others do not queue behind either.
+            // Members' own faults are refused before SQL (the decoders), so
+            // this is a fault of the database or of one member's locks.
+            tracing::debug!(error = %e, "a batch statement failed; its members run alone, side by side");
             futures_util::stream::iter(batch)
                 .for_each_concurrent(RERUN_CONCURRENCY, |Waiting { request, reply }| {
                     let run = alone(request);
@@ -481,12 +484,6 @@ where
                     }
                 })
                 .await;
-            return Answered::EachAlone;
-        }
-        Err(_) => {
-            for Waiting { request, reply } in batch {
-                let _ = reply.send(alone(request).await);
-            }
             return Answered::EachAlone;
         }
     }
@@ -518,7 +515,7 @@ pub(crate) const STALL_AFTER: Duration = Duration::from_millis(250);
 /// Slots a batcher may lend at once: each holds a pool connection.
 const MAX_LENT: usize = 2;
 
-/// Members of a timed-out batch rerun at once (each holds a connection).
+/// Members of a failed batch rerun at once (each holds a connection).
 const RERUN_CONCURRENCY: usize = 4;
 
 /// Most requests (or items) and payload bytes in one statement.
@@ -1111,6 +1108,46 @@ mod tests {
         assert_eq!(replies.remove(0).await.unwrap().unwrap(), 10);
         assert_eq!(replies.remove(0).await.unwrap().unwrap(), 11);
         assert!(matches!(replies.remove(0).await.unwrap(), Err(EngineError::Protocol(_))));
+    }
+
+    /// A batch whose statement failed as a whole (not a timeout): each
+    /// member runs alone, side by side, so one member that hangs or fails
+    /// again does not hold the others' answers back.
+    #[tokio::test]
+    async fn a_failed_batch_reruns_its_members_side_by_side() {
+        let (mut replies, mut batch) = (Vec::new(), Vec::new());
+        for n in 0..3u32 {
+            let (reply, rx) = oneshot::channel();
+            batch.push(Waiting { request: n, reply });
+            replies.push(rx);
+        }
+        let hang = Arc::new(Notify::new());
+        let gate = hang.clone();
+        let alone = move |n: u32| {
+            let gate = gate.clone();
+            async move {
+                match n {
+                    0 => {
+                        gate.notified().await;
+                        Ok(0)
+                    }
+                    1 => Err(EngineError::Protocol("poison".into())),
+                    n => Ok(n),
+                }
+            }
+        };
+        let failure = Err(EngineError::Conflict("deadlock detected".into()));
+        let rerun = tokio::spawn(answer_members(batch, failure, alone));
+        let mut replies = replies.into_iter();
+        let (first, second, third) = (replies.next().unwrap(), replies.next().unwrap(), replies.next().unwrap());
+        // Members 1 and 2 are answered while member 0 still hangs.
+        let poison = tokio::time::timeout(Duration::from_secs(5), second).await.expect("queued behind member 0");
+        assert!(matches!(poison.unwrap(), Err(EngineError::Protocol(_))));
+        let third = tokio::time::timeout(Duration::from_secs(5), third).await.expect("queued behind member 0");
+        assert_eq!(third.unwrap().unwrap(), 2);
+        hang.notify_one();
+        assert_eq!(first.await.unwrap().unwrap(), 0);
+        assert_eq!(rerun.await.unwrap(), Answered::EachAlone);
     }
 
     /// A caller of its own, as a concurrent client would be.
