@@ -85,6 +85,12 @@ pub struct EngineOptions {
     pub retention_sweep_interval: Option<Duration>,
     /// Messages the retention sweeper deletes per partition and statement.
     pub retention_sweep_batch: i32,
+    /// How often the queue gauges are brought up to date (gauges.rs); a
+    /// queue's gauge is counted at most this often. `None` disables it here.
+    pub queue_gauge_interval: Option<Duration>,
+    /// Partitions from which a queue's operator counts come from its gauge
+    /// instead of being counted on every page view.
+    pub queue_gauge_min_partitions: i32,
     /// The URL other brokers send callers of this broker's ephemeral queues
     /// to (`--advertise-url`); `None`: `http://<hostname>` is recorded.
     pub advertise_url: Option<String>,
@@ -159,6 +165,8 @@ impl Default for EngineOptions {
             timer_horizon: crate::timers::DEFAULT_TIMER_HORIZON,
             retention_sweep_interval: Some(Duration::from_secs(10)),
             retention_sweep_batch: 1000,
+            queue_gauge_interval: Some(Duration::from_secs(10)),
+            queue_gauge_min_partitions: 2000,
             encryption_key: None,
             advertise_url: None,
             default_subscription_mode: SubscriptionMode::default(),
@@ -317,6 +325,14 @@ impl Engine {
                 shutdown_rx.clone(),
             ));
         }
+        if let Some(every) = options.queue_gauge_interval {
+            tokio::spawn(crate::gauges::refresh_gauges(
+                pool.clone(),
+                every,
+                options.queue_gauge_min_partitions.max(1),
+                shutdown_rx.clone(),
+            ));
+        }
         let retention_stats = Arc::new(RetentionStats::default());
         if let Some(every) = options.retention_sweep_interval {
             tokio::spawn(crate::retention::sweep_retention(
@@ -441,6 +457,14 @@ impl Engine {
 
     pub(crate) fn retention_batch(&self) -> i32 {
         self.options.retention_sweep_batch.max(1)
+    }
+
+    /// The gauge loop's interval (10 s when it is off here) and threshold.
+    pub(crate) fn gauge_settings(&self) -> (Duration, i32) {
+        (
+            self.options.queue_gauge_interval.unwrap_or(Duration::from_secs(10)),
+            self.options.queue_gauge_min_partitions.max(1),
+        )
     }
 
     pub(crate) fn kv_max_read_bytes(&self) -> i64 {

@@ -24,6 +24,7 @@ mod dlq;
 mod ephemeral;
 mod error;
 mod fill_wait;
+mod gauges;
 mod kv;
 mod kv_browse;
 mod kv_decode;

@@ -95,6 +95,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0020_fences_and_subs.sql",
         sql: include_str!("../sql/migrations/0020_fences_and_subs.sql"),
     },
+    Migration {
+        version: 21,
+        name: "0021_operator_pages.sql",
+        sql: include_str!("../sql/migrations/0021_operator_pages.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

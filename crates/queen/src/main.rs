@@ -239,6 +239,15 @@ struct ServeArgs {
     /// Messages the retention sweeper deletes per partition and statement.
     #[arg(long, env = "QUEEN_RETENTION_SWEEP_BATCH", default_value_t = 1000)]
     retention_sweep_batch: i32,
+    /// Milliseconds between two counts of a large queue's operator gauge (the dashboard's
+    /// counts of a queue of at least --queue-gauge-min-partitions partitions); 0: this broker
+    /// counts none.
+    #[arg(long, env = "QUEEN_QUEUE_GAUGE_INTERVAL_MS", default_value_t = 10_000)]
+    queue_gauge_interval_ms: u64,
+    /// Partitions from which a queue's operator counts come from its gauge (counted in the
+    /// background) instead of being counted on every page view.
+    #[arg(long, env = "QUEEN_QUEUE_GAUGE_MIN_PARTITIONS", default_value_t = 2000)]
+    queue_gauge_min_partitions: i32,
     /// Milliseconds between a long poll's re-checks without a wake-up (lease expiry, delayed
     /// messages and lost cross-broker notifications rely on it).
     #[arg(long, env = "QUEEN_POLL_INTERVAL_MS", default_value_t = 250)]
@@ -569,6 +578,9 @@ async fn run_broker(args: &ServeArgs, db: &DbConfig, auth: AuthConfig) -> anyhow
         retention_sweep_interval: (args.retention_sweep_interval_ms > 0)
             .then(|| Duration::from_millis(args.retention_sweep_interval_ms)),
         retention_sweep_batch: args.retention_sweep_batch.max(1),
+        queue_gauge_interval: (args.queue_gauge_interval_ms > 0)
+            .then(|| Duration::from_millis(args.queue_gauge_interval_ms)),
+        queue_gauge_min_partitions: args.queue_gauge_min_partitions.max(1),
         default_subscription_mode: args.default_subscription_mode,
         spool: spool_options(args)?,
         advertise_url: Some(args.advertise_url.clone().unwrap_or_else(|| {

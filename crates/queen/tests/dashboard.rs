@@ -659,3 +659,142 @@ async fn a_queue_page_pages_its_partitions_with_each_groups_lag_and_lease_holder
     assert!(second.body.contains("id=\"qp-pending-p50\""));
     assert!(first.body.contains("/dashboard/queues/wide?after=p49"), "a next link");
 }
+
+/// The message list walks partitions newest push first and stops once the
+/// rest are older than its page: across many partitions, pushed in an order
+/// unlike their names, every page is the newest of what is left, by
+/// (created_at, partition, offset), and the pages cover every message once.
+#[tokio::test]
+async fn the_message_list_over_many_partitions_pages_newest_first() {
+    let b = TestBroker::start().await;
+    // 130 partitions, three rounds, each round in another partition order.
+    for round in 0..3 {
+        let items: Vec<Value> = (0..130)
+            .map(|i| {
+                let p = (i * 37 + round * 11) % 130;
+                json!({"queue": "wide", "partition": format!("p{p:03}"), "transactionId": format!("r{round}-p{p:03}"), "payload": {}})
+            })
+            .collect();
+        b.push_items(json!(items)).await;
+    }
+    let client = b.sql().await;
+    let rows = client
+        .query(
+            "SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id \
+             JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'wide' \
+             ORDER BY m.created_at DESC, m.partition_id DESC, m.seq DESC",
+            &[],
+        )
+        .await
+        .unwrap();
+    let newest_first: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(newest_first.len(), 390);
+    let shown = |body: &str| -> Vec<String> {
+        body.split("href=\"/dashboard/messages/")
+            .skip(1)
+            .filter_map(|rest| rest.split('"').next()?.split('/').nth(1).map(str::to_owned))
+            .collect()
+    };
+    let mut seen = Vec::new();
+    let mut path = "/dashboard/messages?queue=wide".to_owned();
+    for _ in 0..10 {
+        let page = get(&b, &path, None).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        seen.extend(shown(&page.body));
+        // The "older" link's cursor (the page's own URL carries its cursor too).
+        let Some(link) = page.body.find("older →").map(|end| &page.body[..end]) else { break };
+        let href = link.rsplit("before=").next().and_then(|r| r.split('"').next()).unwrap();
+        path = format!("/dashboard/messages?queue=wide&before={href}");
+    }
+    assert_eq!(seen, newest_first, "each page is the newest of what is left, in order, and none twice");
+}
+
+/// A queue of at least the gauge threshold of partitions is counted in the
+/// background: its pages show the gauge and say when it was counted, until
+/// the next count; a smaller queue is still counted on every page view.
+#[tokio::test]
+async fn a_large_queue_is_counted_in_the_background_and_its_pages_say_when() {
+    let options = queen_engine::EngineOptions {
+        queue_gauge_interval: None,
+        queue_gauge_min_partitions: 3,
+        ..queen_engine::EngineOptions::default()
+    };
+    let b = TestBroker::start_with_options(options).await;
+    for p in ["a", "b", "c"] {
+        b.push("big", p, &[(&format!("{p}1"), json!(1)), (&format!("{p}2"), json!(2))]).await;
+    }
+    b.push("small", "a", &[("s1", json!(1))]).await;
+    b.pop_some("big", "batch=1&subscriptionMode=all&consumerGroup=g1").await;
+
+    // No gauge yet: counted on the page view.
+    let page = get(&b, "/dashboard/queues", None).await;
+    assert_eq!(by_id(&page.body, "q-pending-big"), "6");
+    assert!(!page.body.contains("counted at"), "{}", page.body);
+
+    assert_eq!(b.engine.refresh_queue_gauges_once().await.unwrap(), 1, "only the large queue has a gauge");
+    assert_eq!(b.engine.refresh_queue_gauges_once().await.unwrap(), 0, "not due again yet");
+    b.push("big", "a", &[("a3", json!(3))]).await;
+    b.push("small", "a", &[("s2", json!(2))]).await;
+
+    let page = get(&b, "/dashboard/queues", None).await;
+    assert_eq!(by_id(&page.body, "q-pending-big"), "6", "the gauge, not a new count");
+    assert_eq!(by_id(&page.body, "q-pending-small"), "2", "a small queue is counted now");
+    assert_eq!(page.body.matches("counted at").count(), 1, "{}", page.body);
+    let page = get(&b, "/dashboard/queues/big", None).await;
+    assert!(page.body.contains("counted at"), "{}", page.body);
+    assert_eq!(by_id(&page.body, "qd-pending"), "6");
+    let page = get(&b, "/dashboard/groups", None).await;
+    assert_eq!(by_id(&page.body, "g-lag-g1-big"), "6", "the gauge: popped, not acked, nor the push since: {}", page.body);
+    assert!(page.body.contains("counted at"), "{}", page.body);
+    let overview = json_ok(&b, "/api/v1/resources/overview").await;
+    assert_eq!(overview["messages"]["pending"], 8, "the gauge's 6 and small's 2: {overview}");
+    assert!(overview["messages"]["asOf"].is_string(), "{overview}");
+
+    // Due again: the next count sees the push.
+    client_exec(&b, "UPDATE queen.queue_gauges SET computed_at = now() - interval '1 hour'").await;
+    assert_eq!(b.engine.refresh_queue_gauges_once().await.unwrap(), 1);
+    let page = get(&b, "/dashboard/queues", None).await;
+    assert_eq!(by_id(&page.body, "q-pending-big"), "7");
+    let gauge = json_ok(&b, "/api/v1/resources/queues").await;
+    let big = gauge["queues"].as_array().unwrap().iter().find(|q| q["name"] == "big").unwrap().clone();
+    assert_eq!(big["messages"]["pending"], 7, "{big}");
+}
+
+async fn client_exec(b: &TestBroker, statement: &str) {
+    b.sql().await.batch_execute(statement).await.unwrap();
+}
+
+/// KV namespaces are listed by a skip scan and their keys counted up to a
+/// bound: past it the page shows the statistics' estimate; the overview
+/// estimates a large table's keys instead of counting them.
+#[tokio::test]
+async fn kv_key_counts_stay_bounded_on_large_namespaces() {
+    let b = TestBroker::start().await;
+    client_exec(
+        &b,
+        "INSERT INTO queen.kv (ns, key, value, version) \
+           SELECT 'many', 'k' || i, '1', nextval('queen.kv_version_seq') FROM generate_series(1, 1500) i; \
+         INSERT INTO queen.kv (ns, key, value, version) \
+           SELECT 'few', 'k' || i, '1', nextval('queen.kv_version_seq') FROM generate_series(1, 3) i; \
+         ANALYZE queen.kv;",
+    )
+    .await;
+    let page = get(&b, "/dashboard/kv", None).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(by_id(&page.body, "kv-keys-few"), "3");
+    assert_eq!(by_id(&page.body, "kv-keys-many"), "≈ 1500", "{}", page.body);
+    let overview = json_ok(&b, "/api/v1/resources/overview").await;
+    assert_eq!(overview["kv"], json!({"keys": 1503, "estimated": false}), "{overview}");
+
+    client_exec(
+        &b,
+        "INSERT INTO queen.kv (ns, key, value, version) \
+           SELECT 'bulk', 'k' || i, '1', nextval('queen.kv_version_seq') FROM generate_series(1, 100000) i; \
+         ANALYZE queen.kv;",
+    )
+    .await;
+    let overview = json_ok(&b, "/api/v1/resources/overview").await;
+    assert_eq!(overview["kv"]["estimated"], true, "{overview}");
+    let home = get(&b, "/", None).await;
+    assert!(by_id(&home.body, "ov-kvKeys").starts_with("≈ "), "{}", home.body);
+}

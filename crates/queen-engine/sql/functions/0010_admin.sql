@@ -10,32 +10,150 @@ BEGIN
     'code', 'not_found')::text;
 END $$;
 
--- Per-partition counts for one queue, for the queue-mode cursor: pending
--- (not yet delivered or redeliverable), processing (under a live lease),
--- completed (below the cursor). Pending and processing count the rows at or
--- after the cursor (a deleted message leaves a hole in the offsets), so they
--- agree with the depth and the message list; the scan is bounded by the
--- backlog, as for the depth.
+-- One lane's counts for the queue-mode cursor, from offsets: O(1) plus one
+-- index probe for the first message at or after the cursor (skipped when
+-- the lane has no backlog). The probe skips a head the retention sweeper or
+-- a delete removed, and gives the age of the oldest message not consumed;
+-- a message deleted in the middle of the backlog still counts until the
+-- cursor passes it. Processing: offsets under a live lease; pending: the
+-- rest of the backlog.
+CREATE OR REPLACE FUNCTION queen.lane_counts(p_partition_id uuid, p_next_seq bigint, p_cursor bigint,
+                                             p_lease_expires_at timestamptz, p_batch_end bigint)
+RETURNS TABLE (processing bigint, pending bigint, oldest_at timestamptz)
+LANGUAGE sql STABLE AS $$
+  SELECT x.processing, x.backlog - x.processing, h.created_at
+    FROM (VALUES (1)) v
+    LEFT JOIN LATERAL (SELECT m.seq, m.created_at FROM queen.messages m
+                        WHERE p_next_seq > p_cursor AND m.partition_id = p_partition_id AND m.seq >= p_cursor
+                        ORDER BY m.seq LIMIT 1) h ON true
+    CROSS JOIN LATERAL (SELECT p_next_seq - coalesce(h.seq, p_next_seq) AS backlog,
+                               CASE WHEN p_lease_expires_at > now() AND h.seq IS NOT NULL
+                                    THEN greatest(least(p_batch_end, p_next_seq) - h.seq, 0)
+                                    ELSE 0 END AS processing) x
+$$;
+
+-- Per-partition counts for one queue (queen.lane_counts), with the
+-- partition's dead letters.
 CREATE OR REPLACE FUNCTION queen.partition_stats(p_queue_id bigint)
 RETURNS TABLE (partition_id uuid, name text, created_at timestamptz, total bigint, completed bigint,
                processing bigint, pending bigint, dead_letter bigint, last_push_at timestamptz)
 LANGUAGE sql STABLE AS $$
   SELECT p.id, p.name, p.created_at,
-         coalesce(c.next_seq, 0) + b.processing + b.pending,
+         coalesce(c.next_seq, 0) + l.processing + l.pending,
          coalesce(c.next_seq, 0),
-         b.processing,
-         b.pending,
+         l.processing,
+         l.pending,
          (SELECT count(*) FROM queen.dead_letters d WHERE d.partition_id = p.id),
          p.last_push_at
     FROM queen.partitions p
     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
-    CROSS JOIN LATERAL (
-      SELECT count(*) FILTER (WHERE coalesce(c.lease_expires_at > now(), false) AND m.seq < c.batch_end) AS processing,
-             count(*) FILTER (WHERE NOT (coalesce(c.lease_expires_at > now(), false) AND m.seq < c.batch_end)) AS pending
-        FROM queen.messages m
-       WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)) b
+    CROSS JOIN LATERAL queen.lane_counts(p.id, p.next_seq, coalesce(c.next_seq, 0), c.lease_expires_at,
+                                         c.batch_end) l
    WHERE p.queue_id = p_queue_id
 $$;
+
+-- Every consumer group's position on one queue (queue mode included), one
+-- element per group: partitions it has a cursor on, how many of them lag,
+-- the lag in messages (offsets), and the creation time of the oldest
+-- message it has not consumed (one probe per lagging partition).
+CREATE OR REPLACE FUNCTION queen.group_counts(p_queue_id bigint) RETURNS json
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_custom_plan AS $$
+BEGIN
+  RETURN (SELECT coalesce(json_agg(json_build_object('group', g.grp, 'members', g.members,
+                                             'partitionsWithLag', g.lagging, 'lag', g.lag,
+                                             'oldestAt', g.oldest_at) ORDER BY g.grp), '[]'::json)
+    FROM (SELECT c.consumer_group AS grp, count(*) AS members,
+                 count(*) FILTER (WHERE c.next_seq < p.next_seq) AS lagging,
+                 coalesce(sum(p.next_seq - c.next_seq), 0) AS lag,
+                 min((SELECT m.created_at FROM queen.messages m
+                       WHERE c.next_seq < p.next_seq AND m.partition_id = c.partition_id
+                         AND m.seq >= c.next_seq
+                       ORDER BY m.seq LIMIT 1)) AS oldest_at
+            FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
+           WHERE c.queue_id = p_queue_id
+           GROUP BY c.consumer_group) g);
+END $$;
+
+-- One queue's counts, counted now: O(partitions) (queen.lane_counts per
+-- partition), dead letters from their queue index, groups from
+-- queen.group_counts. Custom plans: a queue of ten partitions and one of
+-- 100,000 want different joins.
+CREATE OR REPLACE FUNCTION queen.queue_counts_live(p_queue_id bigint)
+RETURNS TABLE (partitions bigint, total bigint, completed bigint, processing bigint, pending bigint,
+               dead_letter bigint, oldest_at timestamptz, groups json)
+LANGUAGE plpgsql STABLE SET plan_cache_mode = force_custom_plan AS $$
+BEGIN
+  RETURN QUERY SELECT s.partitions, s.completed + s.processing + s.pending, s.completed, s.processing, s.pending,
+         (SELECT count(*) FROM queen.dead_letters d WHERE d.queue_id = p_queue_id),
+         s.oldest_at, queen.group_counts(p_queue_id)
+    FROM (SELECT count(*) AS partitions, coalesce(sum(coalesce(c.next_seq, 0)), 0)::bigint AS completed,
+                 coalesce(sum(l.processing), 0)::bigint AS processing,
+                 coalesce(sum(l.pending), 0)::bigint AS pending, min(l.oldest_at) AS oldest_at
+            FROM queen.partitions p
+            LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+            CROSS JOIN LATERAL queen.lane_counts(p.id, p.next_seq, coalesce(c.next_seq, 0),
+                                                 c.lease_expires_at, c.batch_end) l
+           WHERE p.queue_id = p_queue_id) s;
+END $$;
+
+-- One queue's counts as the operator pages show them: its gauge when it has
+-- one (a large queue; as_of is when it was counted), else counted now
+-- (as_of NULL).
+CREATE OR REPLACE FUNCTION queen.queue_counts(p_queue_id bigint)
+RETURNS TABLE (partitions bigint, total bigint, completed bigint, processing bigint, pending bigint,
+               dead_letter bigint, oldest_at timestamptz, groups json, as_of timestamptz)
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+  RETURN QUERY SELECT g.partitions, g.total, g.completed, g.processing, g.pending, g.dead_letter,
+                      g.oldest_at, g.groups, g.computed_at
+                 FROM queen.queue_gauges g WHERE g.queue_id = p_queue_id;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT l.partitions, l.total, l.completed, l.processing, l.pending, l.dead_letter,
+                        l.oldest_at, l.groups, NULL::timestamptz
+                   FROM queen.queue_counts_live(p_queue_id) l;
+  END IF;
+END $$;
+
+-- The gauge loop's step (gauges.rs): counts the queue of at least
+-- p_min_partitions partitions whose gauge is most overdue (due p_every
+-- after the last count, or twenty times what that count took, whichever is
+-- later, so counting stays a small share of the database's time), and
+-- drops the gauges of queues that shrank below the threshold. True when it
+-- counted one (call again); false when none was due, or another broker is
+-- counting it.
+CREATE OR REPLACE FUNCTION queen.refresh_queue_gauge(p_min_partitions integer, p_every interval)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_queue bigint;
+  v_started timestamptz := clock_timestamp();
+  c record;
+BEGIN
+  DELETE FROM queen.queue_gauges g
+   WHERE (SELECT count(*) FROM (SELECT 1 FROM queen.partitions p WHERE p.queue_id = g.queue_id
+                                 LIMIT p_min_partitions) x) < p_min_partitions;
+  SELECT b.queue_id INTO v_queue
+    FROM (SELECT p.queue_id FROM queen.partitions p GROUP BY p.queue_id
+          HAVING count(*) >= p_min_partitions) b
+    LEFT JOIN queen.queue_gauges g ON g.queue_id = b.queue_id
+   WHERE g.queue_id IS NULL
+      OR g.computed_at + greatest(p_every, g.took_ms * interval '20 milliseconds') <= now()
+   ORDER BY g.computed_at NULLS FIRST, b.queue_id
+   LIMIT 1;
+  IF v_queue IS NULL OR NOT pg_try_advisory_xact_lock(hashtext('queen.queue_gauges'), v_queue::integer) THEN
+    RETURN false;
+  END IF;
+  SELECT * INTO c FROM queen.queue_counts_live(v_queue);
+  INSERT INTO queen.queue_gauges AS g (queue_id, partitions, total, completed, processing, pending, dead_letter,
+                                       oldest_at, groups, took_ms, computed_at)
+  VALUES (v_queue, c.partitions, c.total, c.completed, c.processing, c.pending, c.dead_letter, c.oldest_at,
+          c.groups, ceil(extract(epoch FROM clock_timestamp() - v_started) * 1000)::integer, now())
+  ON CONFLICT (queue_id) DO UPDATE
+    SET (partitions, total, completed, processing, pending, dead_letter, oldest_at, groups, took_ms, computed_at)
+      = (EXCLUDED.partitions, EXCLUDED.total, EXCLUDED.completed, EXCLUDED.processing, EXCLUDED.pending,
+         EXCLUDED.dead_letter, EXCLUDED.oldest_at, EXCLUDED.groups, EXCLUDED.took_ms, EXCLUDED.computed_at);
+  RETURN true;
+END $$;
 
 -- A page of queues by name (p_limit NULL: all of them); the counts are
 -- computed for the page only, and `total` counts every queue.
@@ -50,15 +168,14 @@ LANGUAGE sql STABLE AS $$
            'options', queen.queue_options(q)) ORDER BY q.name), '[]'::json),
            'total', (SELECT count(*) FROM queen.queues))
     FROM (SELECT * FROM queen.queues ORDER BY name LIMIT p_limit OFFSET p_offset) q
-    CROSS JOIN LATERAL (SELECT count(*) AS partitions, coalesce(sum(total), 0) AS total,
-                               coalesce(sum(pending), 0) AS pending, coalesce(sum(processing), 0) AS processing
-                          FROM queen.partition_stats(q.id)) s
+    CROSS JOIN LATERAL queen.queue_counts(q.id) s
 $$;
 
 -- The dashboard's queues: a keyset page by name (`nextAfter` is the next
--- page's p_after, null on the last), with the counts of resources_queues,
--- the dead letters, and the age of the oldest message queue mode has not
--- consumed (one index probe per partition).
+-- page's p_after, null on the last), each with queen.queue_counts: counts,
+-- dead letters, the age of the oldest message queue mode has not consumed,
+-- lag per consumer group (queue mode included), and `asOf` when the counts
+-- are a large queue's gauge.
 -- p_only: just that queue (the dashboard's queue page), without its partitions.
 DROP FUNCTION IF EXISTS queen.queues_page(text, integer);
 CREATE OR REPLACE FUNCTION queen.queues_page(p_after text, p_limit integer, p_only text DEFAULT NULL) RETURNS json
@@ -68,33 +185,21 @@ LANGUAGE sql STABLE AS $$
            'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
            'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing,
                                          'deadLetter', s.dead_letter),
-           'oldestMessageAgeSeconds', o.age, 'groupLag', l.lags, 'options', queen.queue_options(q))
+           'oldestMessageAgeSeconds', coalesce(extract(epoch FROM now() - s.oldest_at)::float8, 0),
+           'groupLag', (SELECT coalesce(json_agg(json_build_object('group', g->>'group', 'lag', (g->>'lag')::bigint)),
+                                        '[]'::json)
+                          FROM json_array_elements(s.groups) g),
+           'asOf', queen.iso(s.as_of), 'options', queen.queue_options(q))
            ORDER BY q.name), '[]'::json),
            'nextAfter', CASE WHEN count(*) >= p_limit THEN max(q.name) END)
     FROM (SELECT * FROM queen.queues
            WHERE (p_after IS NULL OR name > p_after) AND (p_only IS NULL OR name = p_only)
            ORDER BY name LIMIT p_limit) q
-    -- Lag per consumer group (queue mode included): messages not yet consumed.
-    CROSS JOIN LATERAL (SELECT coalesce(json_agg(json_build_object('group', g.grp, 'lag', g.lag) ORDER BY g.grp),
-                                        '[]'::json) AS lags
-                          FROM (SELECT c.consumer_group AS grp, sum(p.next_seq - c.next_seq) AS lag
-                                  FROM queen.cursors c JOIN queen.partitions p ON p.id = c.partition_id
-                                 WHERE c.queue_id = q.id GROUP BY c.consumer_group) g) l
-    CROSS JOIN LATERAL (SELECT count(*) AS partitions, coalesce(sum(total), 0) AS total,
-                               coalesce(sum(pending), 0) AS pending, coalesce(sum(processing), 0) AS processing,
-                               coalesce(sum(dead_letter), 0) AS dead_letter
-                          FROM queen.partition_stats(q.id)) s
-    CROSS JOIN LATERAL (SELECT coalesce(extract(epoch FROM now() - min(h.created_at))::float8, 0) AS age
-                          FROM queen.partitions p
-                          LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
-                          CROSS JOIN LATERAL (SELECT m.created_at FROM queen.messages m
-                                               WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
-                                               ORDER BY m.seq LIMIT 1) h
-                         WHERE p.queue_id = q.id) o
+    CROSS JOIN LATERAL queen.queue_counts(q.id) s
 $$;
 
 -- The dashboard's queue page: a keyset page of the queue's partitions by
--- name after p_after, each with its counts (as partition_stats counts them)
+-- name after p_after, each with its counts (queen.lane_counts)
 -- and every consumer group's cursor on it: lag, and the lease holder.
 CREATE OR REPLACE FUNCTION queen.queue_partitions_page(p_queue text, p_after text, p_limit integer) RETURNS json
 LANGUAGE sql STABLE AS $$
@@ -107,15 +212,15 @@ LANGUAGE sql STABLE AS $$
                                                           WHERE d.partition_id = p.id)),
                'groups', g.groups) ORDER BY p.name), '[]'::json),
            'nextAfter', CASE WHEN count(*) >= p_limit THEN max(p.name) END)
-    FROM (SELECT p.* FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-           WHERE q.name = p_queue AND (p_after IS NULL OR p.name > p_after)
+    -- Names are never empty, so '' starts the first page, and the bound
+    -- stays an index condition of (queue_id, name) in a generic plan.
+    FROM (SELECT p.* FROM queen.partitions p
+           WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue)
+             AND p.name > coalesce(p_after, '')
            ORDER BY p.name LIMIT p_limit) p
     LEFT JOIN queen.cursors qm ON qm.partition_id = p.id AND qm.consumer_group = '__QUEUE_MODE__'
-    CROSS JOIN LATERAL (
-      SELECT count(*) FILTER (WHERE coalesce(qm.lease_expires_at > now(), false) AND m.seq < qm.batch_end) AS processing,
-             count(*) FILTER (WHERE NOT (coalesce(qm.lease_expires_at > now(), false) AND m.seq < qm.batch_end)) AS pending
-        FROM queen.messages m
-       WHERE m.partition_id = p.id AND m.seq >= coalesce(qm.next_seq, 0)) b
+    CROSS JOIN LATERAL queen.lane_counts(p.id, p.next_seq, coalesce(qm.next_seq, 0), qm.lease_expires_at,
+                                         qm.batch_end) b
     CROSS JOIN LATERAL (
       SELECT coalesce(json_agg(json_build_object('group', c.consumer_group, 'lag', p.next_seq - c.next_seq,
                  'workerId', CASE WHEN c.lease_expires_at > now() THEN c.lease_id END)
@@ -198,6 +303,9 @@ LANGUAGE sql STABLE AS $$
            GROUP BY 1) g
 $$;
 
+-- Totals over every queue (queen.queue_counts: a large queue's gauge), and
+-- the live KV keys: counted while the table holds fewer than 100,000 rows,
+-- else the planner's row estimate (`estimated`: true).
 CREATE OR REPLACE FUNCTION queen.resources_overview() RETURNS json
 LANGUAGE sql STABLE AS $$
   SELECT json_build_object(
@@ -208,9 +316,14 @@ LANGUAGE sql STABLE AS $$
     'consumerGroups', (SELECT count(*) FROM queen.consumer_groups),
     'messages', (SELECT json_build_object('total', coalesce(sum(s.total), 0), 'pending', coalesce(sum(s.pending), 0),
                    'processing', coalesce(sum(s.processing), 0), 'completed', coalesce(sum(s.completed), 0),
-                   'deadLetter', (SELECT count(*) FROM queen.dead_letters))
-                   FROM queen.queues q CROSS JOIN LATERAL queen.partition_stats(q.id) s),
-    'kv', json_build_object('keys', (SELECT count(*) FROM queen.kv WHERE expires_at IS NULL OR expires_at > now())),
+                   'deadLetter', (SELECT count(*) FROM queen.dead_letters), 'asOf', queen.iso(min(s.as_of)))
+                   FROM queen.queues q CROSS JOIN LATERAL queen.queue_counts(q.id) s),
+    'kv', (SELECT CASE WHEN c.reltuples < 100000
+                       THEN json_build_object('keys', (SELECT count(*) FROM queen.kv
+                                                        WHERE expires_at IS NULL OR expires_at > now()),
+                                              'estimated', false)
+                       ELSE json_build_object('keys', c.reltuples::bigint, 'estimated', true) END
+             FROM pg_class c WHERE c.oid = 'queen.kv'::regclass),
     'timestamp', queen.iso(now()))
 $$;
 
@@ -257,8 +370,15 @@ END $$;
 -- The dashboard's message list: a keyset page, newest first, by
 -- (created_at, partition_id, seq) strictly before the cursor p_before (the
 -- `nextBefore` of the previous page, "created_at~partition id~seq", split
--- by the caller; NULL for the first page), in the shape of messages_list. Status is judged
--- per message after the keyset, as messages_list does.
+-- by the caller; NULL for the first page), in the shape of messages_list.
+--
+-- There is no index on created_at (every push would pay for it), so the
+-- page walks partitions newest push first: a partition's messages are no
+-- newer than its last push, so once p_limit messages are found the walk
+-- stops at the first partition last pushed before the oldest of them. The
+-- first page reads about p_limit partitions' heads whatever the queue's
+-- size; the sort of the partitions by last push is the one cost that grows
+-- with them.
 CREATE OR REPLACE FUNCTION queen.messages_before(p_queue text, p_status text, p_before text[], p_limit integer)
 RETURNS json
 LANGUAGE plpgsql STABLE AS $$
@@ -266,35 +386,92 @@ DECLARE
   v_at timestamptz := p_before[1]::timestamptz;
   v_pid uuid := p_before[2]::uuid;
   v_seq bigint := p_before[3]::bigint;
+  v_queue_id bigint;
+  v_keys text[] := '{}';
+  v_floor timestamptz;
+  v_walk_at timestamptz;
+  v_walk_id uuid;
+  v_chunk integer;
+  v_size integer;
+  v_cursor queen.cursors;
+  r record;
+  m record;
 BEGIN
   IF p_status IS NOT NULL AND p_status NOT IN ('pending', 'processing', 'completed', 'dead_letter') THEN
     PERFORM queen.bad_request('status', 'must be one of pending, processing, completed, dead_letter');
   END IF;
+  IF p_queue IS NOT NULL THEN
+    SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.name = p_queue;
+    IF v_queue_id IS NULL THEN
+      RETURN json_build_object('messages', '[]'::json, 'nextBefore', NULL);
+    END IF;
+  END IF;
+  -- Partitions in chunks by (last push, id) descending, a top-N sort per
+  -- chunk: the first chunk (4 * p_limit) is nearly always the last on the
+  -- first page; deeper pages double the chunk each time.
+  v_size := 4 * p_limit;
+  LOOP
+    v_chunk := 0;
+    FOR r IN
+      SELECT p.id, p.last_push_at
+        FROM queen.partitions p
+       WHERE (v_queue_id IS NULL OR p.queue_id = v_queue_id) AND p.last_push_at IS NOT NULL
+         AND (v_walk_at IS NULL OR (p.last_push_at, p.id) < (v_walk_at, v_walk_id))
+       ORDER BY p.last_push_at DESC, p.id DESC
+       LIMIT v_size
+    LOOP
+      v_chunk := v_chunk + 1;
+      v_walk_at := r.last_push_at;
+      v_walk_id := r.id;
+      EXIT WHEN v_floor IS NOT NULL AND r.last_push_at < v_floor;
+      SELECT * INTO v_cursor FROM queen.cursors c
+       WHERE c.partition_id = r.id AND c.consumer_group = '__QUEUE_MODE__';
+      FOR m IN
+        SELECT mm.created_at, mm.seq,
+               CASE WHEN EXISTS (SELECT 1 FROM queen.dead_letters d
+                                  WHERE d.partition_id = mm.partition_id AND d.seq = mm.seq)
+                    THEN 'dead_letter' ELSE queen.message_status(v_cursor, mm.seq) END AS status
+          FROM queen.messages mm
+         WHERE mm.partition_id = r.id
+           AND (v_at IS NULL OR (mm.created_at, mm.partition_id, mm.seq) < (v_at, v_pid, v_seq))
+           AND (v_floor IS NULL OR mm.created_at >= v_floor)
+         ORDER BY mm.seq DESC
+      LOOP
+        CONTINUE WHEN p_status IS NOT NULL AND m.status <> p_status;
+        -- A key that sorts as (created_at, partition id, seq) does.
+        v_keys := v_keys || (to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+                             || '~' || r.id::text || '~' || lpad(m.seq::text, 19, '0'));
+        EXIT WHEN cardinality(v_keys) >= p_limit AND v_floor IS NULL;
+      END LOOP;
+      IF cardinality(v_keys) >= p_limit THEN
+        -- Keep the newest p_limit; the oldest of them is the floor.
+        SELECT array_agg(k ORDER BY k DESC) INTO v_keys
+          FROM (SELECT k FROM unnest(v_keys) k ORDER BY k DESC LIMIT p_limit) x;
+        v_floor := split_part(v_keys[p_limit], '~', 1)::timestamptz;
+      END IF;
+    END LOOP;
+    EXIT WHEN v_chunk < v_size OR (v_floor IS NOT NULL AND v_walk_at < v_floor);
+    v_size := v_size * 2;
+  END LOOP;
   RETURN (
     SELECT json_build_object(
-             'messages', coalesce(json_agg(json_build_object('id', x.id, 'transactionId', x.transaction_id,
-                 'partitionId', x.partition_id, 'queuePath', x.qname || '/' || x.pname, 'queue', x.qname,
-                 'partition', x.pname, 'status', x.status, 'traceId', x.trace_id,
-                 'producerSub', x.producer_sub, 'createdAt', queen.iso(x.created_at))
-                 ORDER BY x.created_at DESC, x.partition_id DESC, x.seq DESC), '[]'::json),
+             'messages', coalesce(json_agg(json_build_object('id', mm.id, 'transactionId', mm.transaction_id,
+                 'partitionId', mm.partition_id, 'queuePath', q.name || '/' || p.name, 'queue', q.name,
+                 'partition', p.name,
+                 'status', CASE WHEN EXISTS (SELECT 1 FROM queen.dead_letters d
+                                              WHERE d.partition_id = mm.partition_id AND d.seq = mm.seq)
+                                THEN 'dead_letter' ELSE queen.message_status(c, mm.seq) END,
+                 'traceId', mm.trace_id, 'producerSub', mm.producer_sub, 'createdAt', queen.iso(mm.created_at))
+                 ORDER BY mm.created_at DESC, mm.partition_id DESC, mm.seq DESC), '[]'::json),
              'nextBefore', CASE WHEN count(*) >= p_limit THEN
-                 (array_agg(x.created_at::text || '~' || x.partition_id::text || '~' || x.seq::text
-                            ORDER BY x.created_at, x.partition_id, x.seq))[1] END)
-      FROM (SELECT m.id, m.transaction_id, m.partition_id, m.seq, m.trace_id, m.producer_sub, m.created_at,
-                   q.name AS qname, p.name AS pname,
-                   CASE WHEN d.id IS NOT NULL THEN 'dead_letter' ELSE queen.message_status(c, m.seq) END AS status
-              FROM queen.messages m
-              JOIN queen.partitions p ON p.id = m.partition_id
-              JOIN queen.queues q ON q.id = p.queue_id
-              LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
-              LEFT JOIN LATERAL (SELECT dl.id FROM queen.dead_letters dl
-                                  WHERE dl.partition_id = m.partition_id AND dl.seq = m.seq LIMIT 1) d ON true
-             WHERE (p_queue IS NULL OR q.name = p_queue)
-               AND (v_at IS NULL OR (m.created_at, m.partition_id, m.seq) < (v_at, v_pid, v_seq))
-               AND (p_status IS NULL OR p_status = CASE WHEN d.id IS NOT NULL THEN 'dead_letter'
-                                                        ELSE queen.message_status(c, m.seq) END)
-             ORDER BY m.created_at DESC, m.partition_id DESC, m.seq DESC
-             LIMIT p_limit) x);
+                 (array_agg(mm.created_at::text || '~' || mm.partition_id::text || '~' || mm.seq::text
+                            ORDER BY mm.created_at, mm.partition_id, mm.seq))[1] END)
+      FROM (SELECT split_part(k, '~', 2)::uuid AS pid, split_part(k, '~', 3)::bigint AS seq
+              FROM unnest(v_keys) k ORDER BY k DESC LIMIT p_limit) k
+      JOIN queen.messages mm ON mm.partition_id = k.pid AND mm.seq = k.seq
+      JOIN queen.partitions p ON p.id = mm.partition_id
+      JOIN queen.queues q ON q.id = p.queue_id
+      LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__');
 END $$;
 
 -- The dashboard's search by transaction id: the messages that carry it on
@@ -464,17 +641,39 @@ BEGIN
                        THEN (SELECT (p.k).key FROM page p ORDER BY p.rn DESC LIMIT 1) END));
 END $$;
 
--- The dashboard's KV namespaces with their live key counts, a keyset page by
--- name (`nextAfter` is the `p_after` of the next page, null on the last).
+-- The dashboard's KV namespaces, a keyset page by name (`nextAfter` is the
+-- `p_after` of the next page, null on the last): the names by a skip scan of
+-- the primary key (one probe per namespace, whatever the keys), each with
+-- its live keys counted up to 1,000 (`keys`); past that `keys` is null,
+-- `keysAtLeast` 1000, and `keysEstimate` the planner statistics' share of
+-- the table when the namespace is among its most common values.
 CREATE OR REPLACE FUNCTION queen.kv_namespaces(p_after text, p_limit integer) RETURNS json
 LANGUAGE sql STABLE AS $$
+  WITH RECURSIVE names AS (
+    (SELECT k.ns FROM queen.kv k WHERE k.ns > coalesce(p_after, '') ORDER BY k.ns LIMIT 1)
+    UNION ALL
+    SELECT (SELECT k.ns FROM queen.kv k WHERE k.ns > n.ns ORDER BY k.ns LIMIT 1) FROM names n WHERE n.ns IS NOT NULL
+  ), page AS (
+    SELECT n.ns FROM names n WHERE n.ns IS NOT NULL LIMIT p_limit
+  ), counted AS (
+    SELECT p.ns, (SELECT count(*) FROM (SELECT 1 FROM queen.kv k
+                                          WHERE k.ns = p.ns AND (k.expires_at IS NULL OR k.expires_at > now())
+                                          LIMIT 1001) x) AS live
+      FROM page p
+  )
   SELECT json_build_object(
-           'namespaces', coalesce(json_agg(json_build_object('namespace', n.ns, 'keys', n.keys) ORDER BY n.ns),
-                                  '[]'::json),
-           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(n.ns) END)
-    FROM (SELECT ns, count(*) AS keys FROM queen.kv
-           WHERE (p_after IS NULL OR ns > p_after) AND (expires_at IS NULL OR expires_at > now())
-           GROUP BY ns ORDER BY ns LIMIT p_limit) n
+           'namespaces', coalesce(json_agg(json_build_object(
+               'namespace', c.ns,
+               'keys', CASE WHEN c.live <= 1000 THEN c.live END,
+               'keysAtLeast', CASE WHEN c.live > 1000 THEN 1000 END,
+               'keysEstimate', CASE WHEN c.live > 1000 THEN (
+                   SELECT (s.most_common_freqs[array_position(s.most_common_vals::text::text[], c.ns::text)]
+                           * t.reltuples)::bigint
+                     FROM pg_stats s, pg_class t
+                    WHERE s.schemaname = 'queen' AND s.tablename = 'kv' AND s.attname = 'ns'
+                      AND t.oid = 'queen.kv'::regclass) END) ORDER BY c.ns), '[]'::json),
+           'nextAfter', CASE WHEN count(*) >= p_limit THEN max(c.ns) END)
+    FROM counted c
 $$;
 
 -- The dashboard's keys of one namespace, optionally under a prefix (empty:
@@ -548,16 +747,35 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- The dashboard's consumer groups: of one queue or all, a keyset page by
--- (queue, group) on the primary key.
+-- (queue, group) on the primary key, each a summary from its queue's
+-- queen.queue_counts (no per-partition list: the queue page has that),
+-- with `asOf` when those are a large queue's gauge.
 CREATE OR REPLACE FUNCTION queen.consumer_groups_page(p_queue text, p_after_queue text, p_after_group text,
                                                      p_limit integer) RETURNS json
 LANGUAGE sql STABLE AS $$
   SELECT json_build_object(
-           'groups', coalesce(json_agg(e ORDER BY e->>'queueName', e->>'name'), '[]'::json),
+           'groups', coalesce(json_agg(json_build_object(
+               'name', e.name, 'queueName', e.queue_name,
+               'members', coalesce((e.g->>'members')::bigint, 0),
+               'partitionsWithLag', coalesce((e.g->>'partitionsWithLag')::bigint, 0),
+               'totalLag', coalesce((e.g->>'lag')::bigint, 0),
+               'maxTimeLag', coalesce(extract(epoch FROM now() - (e.g->>'oldestAt')::timestamptz)::float8, 0),
+               'state', CASE WHEN coalesce((e.g->>'lag')::bigint, 0) = 0 THEN 'Stable' ELSE 'Lagging' END,
+               'subscriptionMode', e.subscription_mode,
+               'subscriptionTimestamp', queen.iso(e.subscription_from),
+               'asOf', queen.iso(e.as_of))
+             ORDER BY e.queue_name, e.name), '[]'::json),
            'nextAfter', CASE WHEN count(*) >= p_limit THEN
-             (array_agg(json_build_object('queue', e->>'queueName', 'group', e->>'name')
-                        ORDER BY e->>'queueName' DESC, e->>'name' DESC))[1] END)
-    FROM queen.consumer_group_entries(NULL, p_queue, p_after_queue, p_after_group, p_limit) e
+             (array_agg(json_build_object('queue', e.queue_name, 'group', e.name)
+                        ORDER BY e.queue_name DESC, e.name DESC))[1] END)
+    FROM (SELECT cg.*, s.as_of,
+                 (SELECT x FROM json_array_elements(s.groups) x WHERE x->>'group' = cg.name) AS g
+            FROM (SELECT * FROM queen.consumer_groups cg
+                   WHERE (p_queue IS NULL OR cg.queue_name = p_queue)
+                     AND (cg.queue_name, cg.name) > (coalesce(p_after_queue, ''), coalesce(p_after_group, ''))
+                   ORDER BY cg.queue_name, cg.name LIMIT p_limit) cg
+            LEFT JOIN queen.queues q ON q.name = cg.queue_name
+            LEFT JOIN LATERAL queen.queue_counts(q.id) s ON true) e
 $$;
 
 -- Maintenance switches: one row, read by push and pop (a primary-key read).

@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 use crate::auth::Role;
 use crate::{ApiError, AppState};
 use session::{NoSession, Session};
-use view::{at, card, enc, fields, minute_chart, seconds, show};
+use view::{as_of, at, card, enc, fields, key_count, minute_chart, seconds, show};
 
 /// Rows per page of every list.
 const PAGE: i64 = 50;
@@ -325,6 +325,14 @@ async fn overview(
     }
 }
 
+/// The overview's KV key count: exact, or the planner's estimate of a large table.
+fn kv_keys_card(o: &Value) -> String {
+    match o.pointer("/kv/estimated").and_then(Value::as_bool) {
+        Some(true) => format!("≈ {}", at(o, "/kv/keys")),
+        _ => at(o, "/kv/keys"),
+    }
+}
+
 async fn overview_content(app: &AppState, before: &Traffic) -> Result<(Markup, Traffic), Response> {
     let o = read(app.engine.resources_overview()).await?;
     let m = read(app.engine.maintenance()).await?;
@@ -354,7 +362,7 @@ async fn overview_content(app: &AppState, before: &Traffic) -> Result<(Markup, T
             (minute_chart("pops that delivered", "ov-hour-popped", "#2f9e6b", &series(|m| m.popped)))
             (minute_chart("messages acked", "ov-hour-acked", "#c27c1b", &series(|m| m.acked)))
         }
-        h2 { "Messages" }
+        h2 { "Messages" (as_of(o.get("messages").unwrap_or(&Value::Null))) }
         div.cards {
             (card("total", at(&o, "/messages/total"), "ov-total"))
             (card("pending", at(&o, "/messages/pending"), "ov-pending"))
@@ -369,7 +377,7 @@ async fn overview_content(app: &AppState, before: &Traffic) -> Result<(Markup, T
             (card("consumer groups", at(&o, "/consumerGroups"), "ov-consumerGroups"))
             (card("namespaces", at(&o, "/namespaces"), "ov-namespaces"))
             (card("tasks", at(&o, "/tasks"), "ov-tasks"))
-            (card("KV keys", at(&o, "/kv/keys"), "ov-kvKeys"))
+            (card("KV keys", kv_keys_card(&o), "ov-kvKeys"))
         }
         h2 { "This broker" }
         div.cards {
@@ -439,7 +447,7 @@ async fn queues_content(app: &AppState, q: &AfterQuery) -> Page {
             @for q in &list {
                 @let name = at(q, "/name");
                 tr {
-                    td { a href={ "/dashboard/queues/" (enc(&name)) } { (name) } }
+                    td { a href={ "/dashboard/queues/" (enc(&name)) } { (name) } (as_of(q)) }
                     td { (at(q, "/namespace")) } td { (at(q, "/task")) }
                     td.n { (at(q, "/partitions")) }
                     td.n id={ "q-pending-" (name) } { (at(q, "/messages/pending")) }
@@ -496,6 +504,7 @@ async fn queue_content(app: &AppState, name: &str, after: &AfterQuery) -> Page {
         + q.pointer("/messages/processing").and_then(Value::as_i64).unwrap_or(0);
     let base = format!("/dashboard/queues/{}", enc(name));
     Ok(html! {
+        @if q.get("asOf").is_some_and(|a| !a.is_null()) { p { "Counts" (as_of(&q)) } }
         div.cards {
             (card("depth", depth.to_string(), "qd-depth"))
             (card("oldest message age", seconds(q.get("oldestMessageAgeSeconds")), "qd-oldest"))
@@ -600,7 +609,7 @@ async fn groups_content(app: &AppState, s: &Session, q: &GroupsQuery) -> Page {
                 @let queue = at(g, "/queueName");
                 tr {
                     td { (at(g, "/name")) }
-                    td { a href={ "/dashboard/queues/" (enc(&queue)) } { (queue) } }
+                    td { a href={ "/dashboard/queues/" (enc(&queue)) } { (queue) } (as_of(g)) }
                     td.n { (at(g, "/members")) } td.n { (at(g, "/partitionsWithLag")) }
                     td.n id={ "g-lag-" (at(g, "/name")) "-" (queue) } { (at(g, "/totalLag")) }
                     td.n { (seconds(g.get("maxTimeLag"))) } td { (at(g, "/state")) }
@@ -879,7 +888,7 @@ async fn kv_namespaces_content(app: &AppState, q: &KvQuery) -> Page {
             @for n in v.get("namespaces").and_then(Value::as_array).into_iter().flatten() {
                 @let ns = at(n, "/namespace");
                 tr { td { a href={ "/dashboard/kv/" (enc(&ns)) } { (ns) } }
-                     td.n id={ "kv-keys-" (ns) } { (at(n, "/keys")) } }
+                     td.n id={ "kv-keys-" (ns) } { (key_count(n)) } }
             }
         }
         p.pager {

@@ -184,3 +184,25 @@ pub(crate) fn enc(s: &str) -> String {
     }
     out
 }
+
+/// " (counted at …)" after counts that come from a large queue's gauge
+/// (`asOf` set: counted in the background, not on this page view).
+pub(crate) fn as_of(v: &Value) -> Markup {
+    match v.get("asOf").and_then(Value::as_str) {
+        Some(t) => html! { span.muted.asof title="a large queue is counted in the background" { " (counted at " (t) ")" } },
+        None => html! {},
+    }
+}
+
+/// A KV key count: exact (`keys`), or past the counted bound, the
+/// statistics' estimate (`keysEstimate`) or the bound (`keysAtLeast`).
+pub(crate) fn key_count(v: &Value) -> String {
+    if let Some(n) = v.get("keys").and_then(Value::as_i64) {
+        return n.to_string();
+    }
+    match (v.get("keysEstimate").and_then(Value::as_i64), v.get("keysAtLeast").and_then(Value::as_i64)) {
+        (Some(e), Some(bound)) if e > bound => format!("≈ {e}"),
+        (_, Some(bound)) => format!("over {bound}"),
+        _ => "—".to_owned(),
+    }
+}
