@@ -17,13 +17,15 @@
 //! creates or spreads over). Results go to
 //! `bench/results/<unix time>/` as JSON, markdown and PNG. `--soak-seconds N`
 //! runs the soak instead (see `soak`), `--e2e SHAPES` the end-to-end
-//! producers-and-consumers run (see `e2e`).
+//! producers-and-consumers run (see `e2e`), `--operator-pages` the
+//! dashboard's pages on a large deployment's data (see `operator_pages`).
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
 
 mod driver;
 mod e2e;
+mod operator_pages;
 mod report;
 mod soak;
 mod workload;
@@ -141,6 +143,13 @@ pub struct BenchArgs {
     /// (`--e2e rand200,spread200 --e2e-partitions 1000` runs rand1k and spread1k).
     #[arg(long)]
     e2e_partitions: Option<u32>,
+    /// Run the operator pages instead of the sweep: the dashboard's pages timed on a large
+    /// deployment's data (--operator-dataset). Results in <out>/operator-pages-<unix time>/.
+    #[arg(long)]
+    operator_pages: bool,
+    /// The data set of --operator-pages (SQL run on the migrated bench database).
+    #[arg(long, default_value = "bench/operator-pages/dataset.sql")]
+    operator_dataset: PathBuf,
 }
 
 /// One scaling series: the workloads in size order and what the size is.
@@ -837,6 +846,8 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         soak::run(&args, &url).await
     } else if !args.e2e.trim().is_empty() {
         e2e::run(&args, &url).await
+    } else if args.operator_pages {
+        operator_pages::run(&args, &url).await
     } else {
         run_all(&args, &url, &workloads, &clients, &all_series, &scaling_clients).await
     };

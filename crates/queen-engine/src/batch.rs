@@ -1139,11 +1139,14 @@ mod tests {
         let failure = Err(EngineError::Conflict("deadlock detected".into()));
         let rerun = tokio::spawn(answer_members(batch, failure, alone));
         let mut replies = replies.into_iter();
-        let (first, second, third) = (replies.next().unwrap(), replies.next().unwrap(), replies.next().unwrap());
+        let (first, second, third) =
+            (replies.next().unwrap(), replies.next().unwrap(), replies.next().unwrap());
         // Members 1 and 2 are answered while member 0 still hangs.
-        let poison = tokio::time::timeout(Duration::from_secs(5), second).await.expect("queued behind member 0");
+        let poison =
+            tokio::time::timeout(Duration::from_secs(5), second).await.expect("queued behind member 0");
         assert!(matches!(poison.unwrap(), Err(EngineError::Protocol(_))));
-        let third = tokio::time::timeout(Duration::from_secs(5), third).await.expect("queued behind member 0");
+        let third =
+            tokio::time::timeout(Duration::from_secs(5), third).await.expect("queued behind member 0");
         assert_eq!(third.unwrap().unwrap(), 2);
         hang.notify_one();
         assert_eq!(first.await.unwrap().unwrap(), 0);

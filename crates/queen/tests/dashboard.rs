@@ -744,7 +744,12 @@ async fn a_large_queue_is_counted_in_the_background_and_its_pages_say_when() {
     assert!(page.body.contains("counted at"), "{}", page.body);
     assert_eq!(by_id(&page.body, "qd-pending"), "6");
     let page = get(&b, "/dashboard/groups", None).await;
-    assert_eq!(by_id(&page.body, "g-lag-g1-big"), "6", "the gauge: popped, not acked, nor the push since: {}", page.body);
+    assert_eq!(
+        by_id(&page.body, "g-lag-g1-big"),
+        "6",
+        "the gauge: popped, not acked, nor the push since: {}",
+        page.body
+    );
     assert!(page.body.contains("counted at"), "{}", page.body);
     let overview = json_ok(&b, "/api/v1/resources/overview").await;
     assert_eq!(overview["messages"]["pending"], 8, "the gauge's 6 and small's 2: {overview}");

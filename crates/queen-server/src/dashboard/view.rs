@@ -189,7 +189,9 @@ pub(crate) fn enc(s: &str) -> String {
 /// (`asOf` set: counted in the background, not on this page view).
 pub(crate) fn as_of(v: &Value) -> Markup {
     match v.get("asOf").and_then(Value::as_str) {
-        Some(t) => html! { span.muted.asof title="a large queue is counted in the background" { " (counted at " (t) ")" } },
+        Some(t) => {
+            html! { span.muted.asof title="a large queue is counted in the background" { " (counted at " (t) ")" } }
+        }
         None => html! {},
     }
 }
