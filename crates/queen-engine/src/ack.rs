@@ -2,6 +2,12 @@
 //! arrays and keeps the offset-commit rules (cursor locks, leases, retries,
 //! the dead-letter move).
 
+use std::sync::Arc;
+
+use crate::batch::{
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, STALL_AFTER,
+};
+use crate::db::Pool;
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -165,7 +171,7 @@ impl Engine {
         let n = items.len();
         let answer = match self.ack_batcher() {
             Some(batcher) if n <= BATCH_AT_MOST_ITEMS => batcher.call(items).await,
-            _ => crate::batch::ack_call(self.pool(), &items).await,
+            _ => ack_call(self.pool(), &items).await,
         }?;
         self.traffic_ref().acked(n);
         Ok(answer)
@@ -175,6 +181,57 @@ impl Engine {
 /// Ack requests of more items than this run alone: they fill a statement
 /// by themselves.
 const BATCH_AT_MOST_ITEMS: usize = 64;
+
+// The ack batcher: concurrent acks, one `queen.ack_requests` call, one commit.
+
+/// Acks in one statement.
+const MAX_ACK_ITEMS: usize = 1000;
+
+/// Concurrent ack requests: one `queen.ack_requests` call, one commit.
+pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Json>;
+
+pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> AckBatcher {
+    let budget =
+        Budget { ceiling: [MAX_ACK_ITEMS, usize::MAX], cost: |items: &Vec<AckItem>| [items.len(), 0] };
+    Batcher::start(slots, budget, BatchKind::Ack, stats, STALL_AFTER, move |batch| {
+        run_acks(pool.clone(), batch)
+    })
+}
+
+async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answered {
+    let alone = |items: Vec<AckItem>| {
+        let pool = pool.clone();
+        async move { ack_call(&pool, &items).await }
+    };
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
+    let requests: Vec<i32> =
+        batch.iter().enumerate().flat_map(|(n, w)| std::iter::repeat_n(n as i32, w.request.len())).collect();
+    let cols = AckColumns::of(batch.iter().flat_map(|w| w.request.iter()));
+    let outcome = ack_many(&pool, &cols, &requests).await;
+    drop(cols);
+    answer_batch(batch, outcome, alone).await
+}
+
+/// One `ack_rows` call: one request's acks.
+pub(crate) async fn ack_call(pool: &Pool, items: &[AckItem]) -> Result<Json, EngineError> {
+    let c = AckColumns::of(items);
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/ack.sql")).await?;
+    let row = client.query_one(&stmt, &c.params()).await?;
+    let answer: Option<String> = row.try_get(0)?;
+    answer.map(Json).ok_or_else(|| EngineError::Protocol("ack answered NULL".into()))
+}
+
+/// Several requests' acks in one statement: one answer per request.
+async fn ack_many(pool: &Pool, c: &AckColumns<'_>, requests: &[i32]) -> Result<Vec<Json>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/ack_batch.sql")).await?;
+    let mut params = c.params().to_vec();
+    params.push(&requests);
+    let row = client.query_one(&stmt, &params).await?;
+    let answers: Vec<String> = row.try_get(0)?;
+    Ok(answers.into_iter().map(Json).collect())
+}
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

@@ -20,13 +20,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use crate::db::Pool;
-
-use crate::ack::{AckColumns, AckItem};
-use crate::kv::{get_element, write_one, Expect, KvColumns, KvOp};
-use crate::push::{PushColumns, PushItem, Pushed};
-use crate::transaction::{plain_bundle_call, plain_bundles_call, Bundle};
-use crate::{EngineError, Json, PopRequest};
+use crate::EngineError;
 
 /// Upper bounds of the batch-size buckets (requests per statement).
 pub const BATCH_SIZE_BOUNDS: [u64; 10] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 1024];
@@ -140,7 +134,7 @@ impl BatchStats {
 
 /// A request waiting in a batcher, and where its answer goes.
 pub(crate) struct Waiting<Q, A> {
-    request: Q,
+    pub(crate) request: Q,
     reply: oneshot::Sender<Result<A, EngineError>>,
 }
 
@@ -156,8 +150,8 @@ impl<Q, A> Waiting<Q, A> {
 /// still runs, alone.
 #[derive(Clone, Copy)]
 pub(crate) struct Budget<Q> {
-    ceiling: [usize; 2],
-    cost: fn(&Q) -> [usize; 2],
+    pub(crate) ceiling: [usize; 2],
+    pub(crate) cost: fn(&Q) -> [usize; 2],
 }
 
 /// What runs one batch: it answers every member, and says how.
@@ -361,7 +355,7 @@ impl<Q: Send + 'static, A: Send + 'static> Shared<Q, A> {
 impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
     /// At most `slots` batches run at once, each through `run`, which must
     /// answer every member.
-    fn start<F, Fut>(
+    pub(crate) fn start<F, Fut>(
         slots: usize,
         budget: Budget<Q>,
         kind: BatchKind,
@@ -404,7 +398,7 @@ impl<Q: Send + 'static, A: Send + 'static> Batcher<Q, A> {
 
 /// How a batch was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Answered {
+pub(crate) enum Answered {
     /// By its one statement (or it had one member).
     Together,
     /// Its statement failed as a whole, and each member ran alone.
@@ -417,7 +411,7 @@ enum Answered {
 /// running the members again would apply them twice). Any other failure
 /// rolled the statement back, so each member runs alone and a poison
 /// request fails by itself.
-async fn answer_batch<Q, A, Fut>(
+pub(crate) async fn answer_batch<Q, A, Fut>(
     batch: Vec<Waiting<Q, A>>,
     outcome: Result<Vec<A>, EngineError>,
     alone: impl Fn(Q) -> Fut,
@@ -430,7 +424,7 @@ where
 
 /// As [`answer_batch`], for a statement that answers each member on its
 /// own, a refusal included (the batch committed the others).
-async fn answer_members<Q, A, Fut>(
+pub(crate) async fn answer_members<Q, A, Fut>(
     batch: Vec<Waiting<Q, A>>,
     outcome: Result<Vec<Result<A, EngineError>>, EngineError>,
     alone: impl Fn(Q) -> Fut,
@@ -492,7 +486,7 @@ where
 
 /// A batch of one runs alone, through the statement an unbatched call
 /// uses; a larger batch is handed back.
-async fn unless_alone<Q, A, Fut>(
+pub(crate) async fn unless_alone<Q, A, Fut>(
     mut batch: Vec<Waiting<Q, A>>,
     alone: &impl Fn(Q) -> Fut,
 ) -> Option<Vec<Waiting<Q, A>>>
@@ -518,519 +512,8 @@ const MAX_LENT: usize = 2;
 /// Members of a failed batch rerun at once (each holds a connection).
 const RERUN_CONCURRENCY: usize = 4;
 
-/// Most requests (or items) and payload bytes in one statement.
-const MAX_GETS: usize = 256;
-const MAX_WRITES: usize = 256;
-const MAX_PUSH_ITEMS: usize = 1000;
-const MAX_ACK_ITEMS: usize = 1000;
-/// Pops in one statement, and the messages they may ask for together: a
-/// batch holds its lanes' row locks until its commit, so it stays short.
-const MAX_POPS: usize = 64;
-const MAX_POP_MESSAGES: usize = 1000;
-/// Bundles in one statement, and their acks and KV ops together.
-const MAX_BUNDLES: usize = 64;
-const MAX_BUNDLE_ITEMS: usize = 1000;
-const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
-
-/// One key a get reads.
-pub(crate) struct GetKey {
-    pub(crate) ns: String,
-    pub(crate) key: String,
-}
-
-/// Concurrent single-key gets: one `unnest` join on the primary key.
-pub(crate) type GetBatcher = Batcher<GetKey, String>;
-
-/// Concurrent single-op KV writes: one `queen.kv_write_rows` call, one commit.
-pub(crate) type WriteBatcher = Batcher<KvOp, String>;
-
-/// Concurrent push requests: one `queen.push_rows` call, one commit.
-pub(crate) type PushBatcher = Batcher<Vec<PushItem>, Json>;
-
-/// Concurrent ack requests: one `queen.ack_requests` call, one commit.
-pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Json>;
-
-/// Concurrent pops of queues: one `queen.pop_requests` call, one commit.
-/// Answers are the SQL's text (sealed payloads still sealed).
-pub(crate) type PopBatcher = Batcher<PopRequest, Option<String>>;
-
-/// Concurrent bundles of acks and KV ops: one `queen.transaction_batch`
-/// call, one commit. Each bundle is decided before it is applied, so a
-/// refused one answers alone and writes nothing while the others commit;
-/// a refusal that cannot be decided ahead fails the statement, and then
-/// each bundle runs alone (all-or-nothing per bundle, no subtransaction).
-pub(crate) type BundleBatcher = Batcher<Bundle, Json>;
-
-/// What a committed push tells the engine: the queues that got messages.
-pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
-
-/// `max_read`: the bytes of values one statement may answer
-/// (`kv_max_read_bytes`); the rest of a batch is asked again.
-pub(crate) fn start_gets(pool: Pool, slots: usize, max_read: i64, stats: Arc<BatchStats>) -> GetBatcher {
-    let budget = Budget { ceiling: [MAX_GETS, usize::MAX], cost: |_| [1, 0] };
-    Batcher::start(slots, budget, BatchKind::KvGet, stats, STALL_AFTER, move |batch| {
-        run_gets(pool.clone(), max_read, batch)
-    })
-}
-
-pub(crate) fn start_writes(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> WriteBatcher {
-    let budget = Budget { ceiling: [MAX_WRITES, MAX_BATCH_BYTES], cost: |op: &KvOp| [1, op.value_bytes()] };
-    Batcher::start(slots, budget, BatchKind::KvWrite, stats, STALL_AFTER, move |batch| {
-        run_writes(pool.clone(), batch)
-    })
-}
-
-pub(crate) fn start_pushes(
-    pool: Pool,
-    slots: usize,
-    announce: Announce,
-    stats: Arc<BatchStats>,
-) -> PushBatcher {
-    let budget = Budget {
-        ceiling: [MAX_PUSH_ITEMS, MAX_BATCH_BYTES],
-        cost: |items: &Vec<PushItem>| [items.len(), payload_bytes(items)],
-    };
-    Batcher::start(slots, budget, BatchKind::Push, stats, STALL_AFTER, move |batch| {
-        run_pushes(pool.clone(), batch, announce.clone())
-    })
-}
-
-pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> AckBatcher {
-    let budget =
-        Budget { ceiling: [MAX_ACK_ITEMS, usize::MAX], cost: |items: &Vec<AckItem>| [items.len(), 0] };
-    Batcher::start(slots, budget, BatchKind::Ack, stats, STALL_AFTER, move |batch| {
-        run_acks(pool.clone(), batch)
-    })
-}
-
-pub(crate) fn start_pops(
-    pool: Pool,
-    slots: usize,
-    key_id: Option<String>,
-    stats: Arc<BatchStats>,
-) -> PopBatcher {
-    let budget = Budget {
-        ceiling: [MAX_POPS, MAX_POP_MESSAGES],
-        cost: |r: &PopRequest| [1, usize::try_from(r.batch).unwrap_or(0)],
-    };
-    let key_id: Option<Arc<str>> = key_id.map(Arc::from);
-    Batcher::start(slots, budget, BatchKind::Pop, stats, STALL_AFTER, move |batch| {
-        run_pops(pool.clone(), key_id.clone(), batch)
-    })
-}
-
-pub(crate) fn start_bundles(
-    pool: Pool,
-    slots: usize,
-    max_read: i64,
-    stats: Arc<BatchStats>,
-) -> BundleBatcher {
-    let budget = Budget {
-        ceiling: [MAX_BUNDLES, MAX_BUNDLE_ITEMS],
-        cost: |b: &Bundle| [1, b.acks.len() + b.kv.len()],
-    };
-    Batcher::start(slots, budget, BatchKind::Transaction, stats, STALL_AFTER, move |batch| {
-        run_bundles(pool.clone(), max_read, batch)
-    })
-}
-
-async fn run_bundles(pool: Pool, max_read: i64, batch: Vec<Waiting<Bundle, Json>>) -> Answered {
-    let alone = |b: Bundle| {
-        let pool = pool.clone();
-        async move { plain_bundle_call(&pool, &b, max_read).await }
-    };
-    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
-    let bundles: Vec<&Bundle> = batch.iter().map(|w| &w.request).collect();
-    let outcome = plain_bundles_call(&pool, &bundles, max_read).await;
-    drop(bundles);
-    answer_members(batch, outcome, alone).await
-}
-
-async fn run_gets(pool: Pool, max_read: i64, batch: Vec<Waiting<GetKey, String>>) -> Answered {
-    let alone = |g: GetKey| {
-        let pool = pool.clone();
-        async move { get_many(&pool, &[&g], max_read).await.map(|mut e| e.pop().unwrap_or_default()) }
-    };
-    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
-    let keys: Vec<&GetKey> = batch.iter().map(|w| &w.request).collect();
-    let outcome = get_many(&pool, &keys, max_read).await;
-    drop(keys);
-    answer_batch(batch, outcome, alone).await
-}
-
-/// The answers of `batch`, index-aligned. Each statement answers at most
-/// `max_read` bytes of values (and always its first row): what did not fit
-/// is asked again, so a batch of large values never makes one huge answer.
-async fn get_many(pool: &Pool, batch: &[&GetKey], max_read: i64) -> Result<Vec<String>, EngineError> {
-    let client = pool.get().await?;
-    let mut rows: Vec<Option<tokio_postgres::Row>> = (0..batch.len()).map(|_| None).collect();
-    if let [one] = batch {
-        let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get.sql")).await?;
-        rows[0] = client.query_opt(&stmt, &[&one.ns, &one.key]).await?;
-    } else {
-        let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_batch.sql")).await?;
-        let mut asked: Vec<usize> = (0..batch.len()).collect();
-        while !asked.is_empty() {
-            let ns: Vec<&str> = asked.iter().map(|&i| batch[i].ns.as_str()).collect();
-            let keys: Vec<&str> = asked.iter().map(|&i| batch[i].key.as_str()).collect();
-            let mut again = Vec::new();
-            for row in client.query(&stmt, &[&ns, &keys, &max_read]).await? {
-                let n: i64 = row.try_get(4)?;
-                let included: bool = row.try_get(5)?;
-                let Some(&member) = usize::try_from(n - 1).ok().and_then(|i| asked.get(i)) else { continue };
-                if included {
-                    rows[member] = Some(row);
-                } else {
-                    again.push(member);
-                }
-            }
-            // The first row is always included, so each pass answers one at least.
-            if again.len() >= asked.len() {
-                return Err(EngineError::Protocol(
-                    "a KV get batch answered no row within its byte ceiling".into(),
-                ));
-            }
-            asked = again;
-        }
-    }
-    batch.iter().zip(rows).map(|(g, row)| get_element(&g.key, row)).collect()
-}
-
-async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) -> Answered {
-    let alone = |op: KvOp| {
-        let pool = pool.clone();
-        async move {
-            let client = pool.get().await?;
-            write_one(&client, &op).await
-        }
-    };
-    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
-    let ops: Vec<&KvOp> = batch.iter().map(|w| &w.request).collect();
-    let outcome = write_many(&pool, &ops).await;
-    drop(ops);
-    answer_batch(batch, outcome, alone).await
-}
-
-/// The verdicts of several single-op writes, index-aligned with `ops`.
-/// `queen.kv_write_rows` applies them in (ns, key) byte order, arrival
-/// order within a key: the order every KV writer locks keys in.
-async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineError> {
-    if let Some(puts) = PutColumns::of(ops) {
-        let client = pool.get().await?;
-        let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put_batch.sql")).await?;
-        let row = client
-            .query_one(&stmt, &[&puts.ns, &puts.key, &puts.value, &puts.ttl, &puts.forever, &puts.if_absent])
-            .await?;
-        let verdicts: Option<Vec<String>> = row.try_get(0)?;
-        return Ok(verdicts.unwrap_or_default());
-    }
-    if let Some(incrs) = IncrColumns::of(ops) {
-        let client = pool.get().await?;
-        let stmt = client.prepare_cached(include_str!("../sql/statements/kv_incr_batch.sql")).await?;
-        let row = client
-            .query_one(
-                &stmt,
-                &[&incrs.ns, &incrs.key, &incrs.delta, &incrs.min, &incrs.max, &incrs.ttl, &incrs.forever],
-            )
-            .await?;
-        let verdicts: Option<Vec<String>> = row.try_get(0)?;
-        return Ok(verdicts.unwrap_or_default());
-    }
-    let c = KvColumns::of(ops.iter().copied());
-    let client = pool.get().await?;
-    let stmt = client.prepare_cached(include_str!("../sql/statements/kv_write_batch.sql")).await?;
-    let row = client.query_one(&stmt, &c.params()).await?;
-    let verdicts: Vec<String> = row.try_get(0)?;
-    Ok(verdicts)
-}
-
-fn payload_bytes(items: &[PushItem]) -> usize {
-    items.iter().map(|i| i.payload.as_ref().map_or(0, |r| r.get().len())).sum()
-}
-
-async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announce: Announce) -> Answered {
-    let alone = |items: Vec<PushItem>| {
-        let (pool, announce) = (pool.clone(), announce.clone());
-        async move {
-            let (cols, pushed) = push_call(&pool, items.iter(), None, &announce).await?;
-            cols.answer(&pushed, 0..items.len())
-        }
-    };
-    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
-    let counts: Vec<usize> = batch.iter().map(|w| w.request.len()).collect();
-    let requests: Vec<i32> =
-        counts.iter().enumerate().flat_map(|(n, &c)| std::iter::repeat_n(n as i32, c)).collect();
-    let items = batch.iter().flat_map(|w| w.request.iter());
-    let outcome = push_call(&pool, items, Some(requests), &announce).await.and_then(|(cols, pushed)| {
-        let mut start = 0;
-        counts
-            .iter()
-            .map(|&n| {
-                start += n;
-                cols.answer(&pushed, start - n..start)
-            })
-            .collect::<Result<Vec<Json>, EngineError>>()
-    });
-    answer_batch(batch, outcome, alone).await
-}
-
-/// One `push_rows` call; announces the queues that got messages after the
-/// commit. The columns are built once a connection is in hand: under load
-/// most pushes wait for one, and a waiting push then holds only its items.
-pub(crate) async fn push_call<'a>(
-    pool: &Pool,
-    items: impl IntoIterator<Item = &'a PushItem>,
-    requests: Option<Vec<i32>>,
-    announce: &Announce,
-) -> Result<(PushColumns<'a>, Pushed), EngineError> {
-    let client = pool.get().await?;
-    let c = PushColumns::drawn(items);
-    let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
-    let row = client
-        .query_one(
-            &stmt,
-            &[
-                &c.queues,
-                &c.partitions,
-                &c.transaction_ids,
-                &c.trace_ids,
-                &c.payloads,
-                &requests,
-                &c.subs(),
-                &c.new_txids,
-                &c.tails,
-            ],
-        )
-        .await?;
-    drop(client);
-    let ids: Option<Vec<Option<uuid::Uuid>>> = row.try_get(0)?;
-    let verdicts: Option<String> = row.try_get(1)?;
-    let queued: Option<Vec<String>> = row.try_get(2)?;
-    if let Some(queues) = queued {
-        announce(queues);
-    }
-    match (ids, verdicts) {
-        (Some(ids), Some(verdicts)) => Ok((c, Pushed { ids, verdicts })),
-        _ => Err(EngineError::Protocol("push answered NULL".into())),
-    }
-}
-
-async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answered {
-    let alone = |items: Vec<AckItem>| {
-        let pool = pool.clone();
-        async move { ack_call(&pool, &items).await }
-    };
-    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
-    let requests: Vec<i32> =
-        batch.iter().enumerate().flat_map(|(n, w)| std::iter::repeat_n(n as i32, w.request.len())).collect();
-    let cols = AckColumns::of(batch.iter().flat_map(|w| w.request.iter()));
-    let outcome = ack_many(&pool, &cols, &requests).await;
-    drop(cols);
-    answer_batch(batch, outcome, alone).await
-}
-
-/// One `ack_rows` call: one request's acks.
-pub(crate) async fn ack_call(pool: &Pool, items: &[AckItem]) -> Result<Json, EngineError> {
-    let c = AckColumns::of(items);
-    let client = pool.get().await?;
-    let stmt = client.prepare_cached(include_str!("../sql/statements/ack.sql")).await?;
-    let row = client.query_one(&stmt, &c.params()).await?;
-    let answer: Option<String> = row.try_get(0)?;
-    answer.map(Json).ok_or_else(|| EngineError::Protocol("ack answered NULL".into()))
-}
-
-/// Several requests' acks in one statement: one answer per request.
-async fn ack_many(pool: &Pool, c: &AckColumns<'_>, requests: &[i32]) -> Result<Vec<Json>, EngineError> {
-    let client = pool.get().await?;
-    let stmt = client.prepare_cached(include_str!("../sql/statements/ack_batch.sql")).await?;
-    let mut params = c.params().to_vec();
-    params.push(&requests);
-    let row = client.query_one(&stmt, &params).await?;
-    let answers: Vec<String> = row.try_get(0)?;
-    Ok(answers.into_iter().map(Json).collect())
-}
-
-/// The arrays of `kv_put_batch.sql`: a batch of puts (no expect, or expect
-/// 0) and putIfAbsents on distinct keys, the common batch, which one
-/// set-based statement answers. Any other batch runs `kv_write_rows`.
-struct PutColumns<'a> {
-    ns: Vec<&'a str>,
-    key: Vec<&'a str>,
-    value: Vec<&'a str>,
-    ttl: Vec<Option<i64>>,
-    forever: Vec<Option<bool>>,
-    if_absent: Vec<bool>,
-}
-
-impl<'a> PutColumns<'a> {
-    fn of(ops: &[&'a KvOp]) -> Option<Self> {
-        let mut c = PutColumns {
-            ns: Vec::with_capacity(ops.len()),
-            key: Vec::with_capacity(ops.len()),
-            value: Vec::with_capacity(ops.len()),
-            ttl: Vec::with_capacity(ops.len()),
-            forever: Vec::with_capacity(ops.len()),
-            if_absent: Vec::with_capacity(ops.len()),
-        };
-        let mut keys = std::collections::HashSet::with_capacity(ops.len());
-        for op in ops {
-            let (ns, key, value, expiry, if_absent) = match op {
-                KvOp::Put { ns, key, value, expiry, expect: None, .. } => (ns, key, value, expiry, false),
-                KvOp::Put { ns, key, value, expiry, expect: Some(Expect::Absent), .. }
-                | KvOp::PutIfAbsent { ns, key, value, expiry, .. } => (ns, key, value, expiry, true),
-                _ => return None,
-            };
-            if !keys.insert((ns.as_str(), key.as_str())) {
-                return None;
-            }
-            let (ttl, forever) = expiry.columns();
-            c.ns.push(ns);
-            c.key.push(key);
-            c.value.push(value.get());
-            c.ttl.push(ttl);
-            c.forever.push(forever);
-            c.if_absent.push(if_absent);
-        }
-        Some(c)
-    }
-}
-
-/// The arrays of `kv_incr_batch.sql`: a batch of incrs on distinct keys whose
-/// first value (0 + delta) is within each member's own limits, so that only
-/// a live row can refuse. Limits too large for an i128 send the batch to
-/// `kv_write_rows`, which compares them in SQL.
-struct IncrColumns<'a> {
-    ns: Vec<&'a str>,
-    key: Vec<&'a str>,
-    delta: Vec<&'a str>,
-    min: Vec<Option<&'a str>>,
-    max: Vec<Option<&'a str>>,
-    ttl: Vec<Option<i64>>,
-    forever: Vec<Option<bool>>,
-}
-
-impl<'a> IncrColumns<'a> {
-    fn of(ops: &[&'a KvOp]) -> Option<Self> {
-        let mut c = IncrColumns {
-            ns: Vec::with_capacity(ops.len()),
-            key: Vec::with_capacity(ops.len()),
-            delta: Vec::with_capacity(ops.len()),
-            min: Vec::with_capacity(ops.len()),
-            max: Vec::with_capacity(ops.len()),
-            ttl: Vec::with_capacity(ops.len()),
-            forever: Vec::with_capacity(ops.len()),
-        };
-        let mut keys = std::collections::HashSet::with_capacity(ops.len());
-        for op in ops {
-            let KvOp::Incr { ns, key, delta, min, max, expiry, .. } = op else { return None };
-            if !keys.insert((ns.as_str(), key.as_str())) {
-                return None;
-            }
-            let first: i128 = delta.get().parse().ok()?;
-            if let Some(min) = min {
-                if first < min.get().parse::<i128>().ok()? {
-                    return None;
-                }
-            }
-            if let Some(max) = max {
-                if first > max.get().parse::<i128>().ok()? {
-                    return None;
-                }
-            }
-            let (ttl, forever) = expiry.columns();
-            c.ns.push(ns);
-            c.key.push(key);
-            c.delta.push(delta.get());
-            c.min.push(min.as_deref().map(serde_json::value::RawValue::get));
-            c.max.push(max.as_deref().map(serde_json::value::RawValue::get));
-            c.ttl.push(ttl);
-            c.forever.push(forever);
-        }
-        Some(c)
-    }
-}
-
-async fn run_pops(
-    pool: Pool,
-    key_id: Option<Arc<str>>,
-    batch: Vec<Waiting<PopRequest, Option<String>>>,
-) -> Answered {
-    let alone = |r: PopRequest| {
-        let (pool, key_id) = (pool.clone(), key_id.clone());
-        async move { pop_call(&pool, &r, key_id.as_deref()).await }
-    };
-    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
-    let requests: Vec<&PopRequest> = batch.iter().map(|w| &w.request).collect();
-    let outcome = pop_many(&pool, &requests, key_id.as_deref()).await;
-    drop(requests);
-    answer_batch(batch, outcome, alone).await
-}
-
-/// One `pop_api` call: one request's pop.
-pub(crate) async fn pop_call(
-    pool: &Pool,
-    r: &PopRequest,
-    key_id: Option<&str>,
-) -> Result<Option<String>, EngineError> {
-    let client = pool.get().await?;
-    let stmt = client.prepare_cached(include_str!("../sql/statements/pop.sql")).await?;
-    let row = client
-        .query_one(
-            &stmt,
-            &[
-                &r.queue,
-                &r.partition,
-                &r.consumer_group,
-                &r.batch,
-                &r.partitions,
-                &r.lease_seconds,
-                &r.auto_ack,
-                &r.subscription_mode,
-                &r.subscription_from,
-                &key_id,
-            ],
-        )
-        .await?;
-    Ok(row.try_get(0)?)
-}
-
-/// Several requests' pops in one statement: one answer per request.
-async fn pop_many(
-    pool: &Pool,
-    batch: &[&PopRequest],
-    key_id: Option<&str>,
-) -> Result<Vec<Option<String>>, EngineError> {
-    let queues: Vec<&str> = batch.iter().map(|r| r.queue.as_str()).collect();
-    let partitions: Vec<Option<&str>> = batch.iter().map(|r| r.partition.as_deref()).collect();
-    let groups: Vec<Option<&str>> = batch.iter().map(|r| r.consumer_group.as_deref()).collect();
-    let batches: Vec<i32> = batch.iter().map(|r| r.batch).collect();
-    let partition_counts: Vec<i32> = batch.iter().map(|r| r.partitions).collect();
-    let lease_seconds: Vec<Option<i32>> = batch.iter().map(|r| r.lease_seconds).collect();
-    let auto_acks: Vec<bool> = batch.iter().map(|r| r.auto_ack).collect();
-    let modes: Vec<Option<&str>> = batch.iter().map(|r| r.subscription_mode.as_deref()).collect();
-    let froms: Vec<Option<&str>> = batch.iter().map(|r| r.subscription_from.as_deref()).collect();
-    let client = pool.get().await?;
-    let stmt = client.prepare_cached(include_str!("../sql/statements/pop_batch.sql")).await?;
-    let row = client
-        .query_one(
-            &stmt,
-            &[
-                &queues,
-                &partitions,
-                &groups,
-                &batches,
-                &partition_counts,
-                &lease_seconds,
-                &auto_acks,
-                &modes,
-                &froms,
-                &key_id,
-            ],
-        )
-        .await?;
-    let answers: Vec<Option<String>> = row.try_get(0)?;
-    Ok(answers)
-}
+/// The payload bytes of one statement's members, together.
+pub(crate) const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

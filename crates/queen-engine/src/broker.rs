@@ -9,15 +9,18 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
-use crate::batch::{
-    self, AckBatcher, BatchKind, BatchSizes, BatchStats, BundleBatcher, GetBatcher, PopBatcher, PushBatcher,
-    WriteBatcher,
-};
+use crate::ack::AckBatcher;
+use crate::batch::{BatchKind, BatchSizes, BatchStats};
 use crate::ephemeral::Ephemeral;
+use crate::kv::read::GetBatcher;
+use crate::kv::write::WriteBatcher;
 use crate::notifier::{self, Announcer, Waiters};
+use crate::pop::PopBatcher;
+use crate::push::PushBatcher;
 use crate::retention::RetentionStats;
 use crate::sealing::{EncryptionKey, SealedQueues};
 use crate::timers::{self, TimerStats};
+use crate::transaction::BundleBatcher;
 use crate::{DbConfig, EngineError, Json};
 
 /// The consumer group name of queue mode: one more cursor per partition.
@@ -379,27 +382,33 @@ impl Engine {
         ));
         let batch_stats = Arc::new(BatchStats::default());
         let get_batcher = (options.kv_get_batch_slots > 0).then(|| {
-            batch::start_gets(
+            crate::kv::read::start_gets(
                 pool.clone(),
                 options.kv_get_batch_slots,
                 options.kv_max_read_bytes,
                 batch_stats.clone(),
             )
         });
-        let write_batcher = (options.kv_write_batch_slots > 0)
-            .then(|| batch::start_writes(pool.clone(), options.kv_write_batch_slots, batch_stats.clone()));
+        let write_batcher = (options.kv_write_batch_slots > 0).then(|| {
+            crate::kv::write::start_writes(pool.clone(), options.kv_write_batch_slots, batch_stats.clone())
+        });
         let announce = announce_fn(&waiters, &announcer);
         let push_batcher =
-            batch::start_pushes(pool.clone(), options.push_batch_slots, announce, batch_stats.clone());
+            crate::push::start_pushes(pool.clone(), options.push_batch_slots, announce, batch_stats.clone());
         let ack_batcher = (options.ack_batch_slots > 0)
-            .then(|| batch::start_acks(pool.clone(), options.ack_batch_slots, batch_stats.clone()));
+            .then(|| crate::ack::start_acks(pool.clone(), options.ack_batch_slots, batch_stats.clone()));
         let pop_batcher = (options.pop_batch_slots > 0).then(|| {
             let key_id = options.encryption_key.as_ref().map(|k| k.id().to_owned());
-            batch::start_pops(pool.clone(), options.pop_batch_slots, key_id, batch_stats.clone())
+            crate::pop::start_pops(pool.clone(), options.pop_batch_slots, key_id, batch_stats.clone())
         });
         let bundle_batcher = (options.transaction_batch_slots > 0).then(|| {
             let max_read = options.kv_max_read_bytes;
-            batch::start_bundles(pool.clone(), options.transaction_batch_slots, max_read, batch_stats.clone())
+            crate::transaction::start_bundles(
+                pool.clone(),
+                options.transaction_batch_slots,
+                max_read,
+                batch_stats.clone(),
+            )
         });
         Ok(Engine {
             pool,
@@ -472,7 +481,7 @@ impl Engine {
     }
 
     /// What a committed push calls with the queues that got messages.
-    pub(crate) fn announce_fn(&self) -> crate::batch::Announce {
+    pub(crate) fn announce_fn(&self) -> crate::notifier::Announce {
         announce_fn(&self.waiters, &self.announcer)
     }
 
@@ -738,7 +747,7 @@ impl Engine {
         } else {
             let text = match &self.pop_batcher {
                 Some(batcher) => batcher.call(req.clone()).await?,
-                None => crate::batch::pop_call(&self.pool, req, key_id).await?,
+                None => crate::pop::pop_call(&self.pool, req, key_id).await?,
             };
             // The answer may carry payloads sealed at rest.
             text.map(|t| self.open_sealed(t)).transpose()?
@@ -865,7 +874,7 @@ impl Engine {
 }
 
 /// Wakes this engine's long polls on `queues` and queues them for the other brokers.
-fn announce_fn(waiters: &Arc<Waiters>, announcer: &Arc<Announcer>) -> crate::batch::Announce {
+fn announce_fn(waiters: &Arc<Waiters>, announcer: &Arc<Announcer>) -> crate::notifier::Announce {
     let (waiters, announcer) = (waiters.clone(), announcer.clone());
     Arc::new(move |queues: Vec<String>| {
         waiters.wake(queues.iter().map(String::as_str));

@@ -329,6 +329,9 @@ pub(crate) async fn run(
     }
 }
 
+/// What a committed push tells the engine: the queues that got messages.
+pub(crate) type Announce = Arc<dyn Fn(Vec<String>) + Send + Sync>;
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

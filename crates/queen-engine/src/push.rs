@@ -3,6 +3,14 @@
 //! only the rules that need the database (partition locks, offsets, the
 //! dedup window, maxSize).
 
+use std::sync::Arc;
+
+use crate::batch::{
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, MAX_BATCH_BYTES,
+    STALL_AFTER,
+};
+use crate::db::Pool;
+use crate::notifier::Announce;
 use serde_json::value::RawValue;
 
 use crate::wire::{self, Kind};
@@ -345,11 +353,104 @@ impl Engine {
     async fn push_sealed(&self, items: &[PushItem]) -> Result<Json, EngineError> {
         let items = self.seal_items(items)?;
         if items.len() > BATCH_AT_MOST_ITEMS {
-            let (cols, pushed) =
-                crate::batch::push_call(self.pool(), items.iter(), None, &self.announce_fn()).await?;
+            let (cols, pushed) = push_call(self.pool(), items.iter(), None, &self.announce_fn()).await?;
             return cols.answer(&pushed, 0..items.len());
         }
         self.push_batcher().call(items.into_owned()).await
+    }
+}
+
+// The push batcher: concurrent pushes, one `queen.push_rows` call, one commit.
+
+/// Items in one push statement.
+const MAX_PUSH_ITEMS: usize = 1000;
+
+/// Concurrent push requests: one `queen.push_rows` call, one commit.
+pub(crate) type PushBatcher = Batcher<Vec<PushItem>, Json>;
+
+pub(crate) fn start_pushes(
+    pool: Pool,
+    slots: usize,
+    announce: Announce,
+    stats: Arc<BatchStats>,
+) -> PushBatcher {
+    let budget = Budget {
+        ceiling: [MAX_PUSH_ITEMS, MAX_BATCH_BYTES],
+        cost: |items: &Vec<PushItem>| [items.len(), payload_bytes(items)],
+    };
+    Batcher::start(slots, budget, BatchKind::Push, stats, STALL_AFTER, move |batch| {
+        run_pushes(pool.clone(), batch, announce.clone())
+    })
+}
+
+fn payload_bytes(items: &[PushItem]) -> usize {
+    items.iter().map(|i| i.payload.as_ref().map_or(0, |r| r.get().len())).sum()
+}
+
+async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announce: Announce) -> Answered {
+    let alone = |items: Vec<PushItem>| {
+        let (pool, announce) = (pool.clone(), announce.clone());
+        async move {
+            let (cols, pushed) = push_call(&pool, items.iter(), None, &announce).await?;
+            cols.answer(&pushed, 0..items.len())
+        }
+    };
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
+    let counts: Vec<usize> = batch.iter().map(|w| w.request.len()).collect();
+    let requests: Vec<i32> =
+        counts.iter().enumerate().flat_map(|(n, &c)| std::iter::repeat_n(n as i32, c)).collect();
+    let items = batch.iter().flat_map(|w| w.request.iter());
+    let outcome = push_call(&pool, items, Some(requests), &announce).await.and_then(|(cols, pushed)| {
+        let mut start = 0;
+        counts
+            .iter()
+            .map(|&n| {
+                start += n;
+                cols.answer(&pushed, start - n..start)
+            })
+            .collect::<Result<Vec<Json>, EngineError>>()
+    });
+    answer_batch(batch, outcome, alone).await
+}
+
+/// One `push_rows` call; announces the queues that got messages after the
+/// commit. The columns are built once a connection is in hand: under load
+/// most pushes wait for one, and a waiting push then holds only its items.
+pub(crate) async fn push_call<'a>(
+    pool: &Pool,
+    items: impl IntoIterator<Item = &'a PushItem>,
+    requests: Option<Vec<i32>>,
+    announce: &Announce,
+) -> Result<(PushColumns<'a>, Pushed), EngineError> {
+    let client = pool.get().await?;
+    let c = PushColumns::drawn(items);
+    let stmt = client.prepare_cached(include_str!("../sql/statements/push.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[
+                &c.queues,
+                &c.partitions,
+                &c.transaction_ids,
+                &c.trace_ids,
+                &c.payloads,
+                &requests,
+                &c.subs(),
+                &c.new_txids,
+                &c.tails,
+            ],
+        )
+        .await?;
+    drop(client);
+    let ids: Option<Vec<Option<uuid::Uuid>>> = row.try_get(0)?;
+    let verdicts: Option<String> = row.try_get(1)?;
+    let queued: Option<Vec<String>> = row.try_get(2)?;
+    if let Some(queues) = queued {
+        announce(queues);
+    }
+    match (ids, verdicts) {
+        (Some(ids), Some(verdicts)) => Ok((c, Pushed { ids, verdicts })),
+        _ => Err(EngineError::Protocol("push answered NULL".into())),
     }
 }
 

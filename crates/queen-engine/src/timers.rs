@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
 
-use crate::batch::Announce;
+use crate::notifier::Announce;
 use crate::wire::{self, Fields, Kind};
 use crate::{Engine, EngineError, Json};
 

@@ -2,14 +2,19 @@
 //! checked here, once; `queen.transaction_rows` applies its pushes, acks,
 //! KV ops and timer ops as typed arrays in one PostgreSQL transaction.
 
+use std::sync::Arc;
+
+use crate::batch::{
+    answer_members, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, STALL_AFTER,
+};
 use std::time::Duration;
 
 use serde_json::value::RawValue;
 
 use crate::ack::{self, AckColumns, AckItem};
 use crate::db::Pool;
+use crate::kv::decode::{decode_call, kv_reject};
 use crate::kv::{KvColumns, KvOp};
-use crate::kv_decode::{decode_call, kv_reject};
 use crate::push::{self, PushColumns, PushItem};
 use crate::timers::{self, TimerColumns, TimerOp, DEFAULT_TIMER_HORIZON};
 use crate::wire::{self, Kind};
@@ -312,6 +317,47 @@ pub(crate) async fn plain_bundles_call(
 /// A length as the SQL's integer (a bundle holds far fewer items).
 fn count(n: usize) -> Result<i32, EngineError> {
     i32::try_from(n).map_err(|_| EngineError::Protocol("a bundle too large to count".into()))
+}
+
+// The bundle batcher: concurrent bundles, one `queen.transaction_batch`
+// call, one commit.
+
+/// Bundles in one statement, and their acks and KV ops together.
+const MAX_BUNDLES: usize = 64;
+const MAX_BUNDLE_ITEMS: usize = 1000;
+
+/// Concurrent bundles of acks and KV ops: one `queen.transaction_batch`
+/// call, one commit. Each bundle is decided before it is applied, so a
+/// refused one answers alone and writes nothing while the others commit;
+/// a refusal that cannot be decided ahead fails the statement, and then
+/// each bundle runs alone (all-or-nothing per bundle, no subtransaction).
+pub(crate) type BundleBatcher = Batcher<Bundle, Json>;
+
+pub(crate) fn start_bundles(
+    pool: Pool,
+    slots: usize,
+    max_read: i64,
+    stats: Arc<BatchStats>,
+) -> BundleBatcher {
+    let budget = Budget {
+        ceiling: [MAX_BUNDLES, MAX_BUNDLE_ITEMS],
+        cost: |b: &Bundle| [1, b.acks.len() + b.kv.len()],
+    };
+    Batcher::start(slots, budget, BatchKind::Transaction, stats, STALL_AFTER, move |batch| {
+        run_bundles(pool.clone(), max_read, batch)
+    })
+}
+
+async fn run_bundles(pool: Pool, max_read: i64, batch: Vec<Waiting<Bundle, Json>>) -> Answered {
+    let alone = |b: Bundle| {
+        let pool = pool.clone();
+        async move { plain_bundle_call(&pool, &b, max_read).await }
+    };
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
+    let bundles: Vec<&Bundle> = batch.iter().map(|w| &w.request).collect();
+    let outcome = plain_bundles_call(&pool, &bundles, max_read).await;
+    drop(bundles);
+    answer_members(batch, outcome, alone).await
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use serde_json::value::RawValue;
 
-use crate::kv_decode::{has_lone_surrogate, kv_reject, valid_namespace};
+use crate::kv::decode::{has_lone_surrogate, kv_reject, valid_namespace};
 use crate::wire::{self, Kind};
 use crate::{Engine, EngineError, Json};
 

@@ -5,12 +5,17 @@
 //! `queen.kv_apply`, which applies them in one transaction in a
 //! deadlock-free order.
 
+pub(crate) mod browse;
+pub(crate) mod decode;
+pub(crate) mod read;
+pub(crate) mod write;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::batch::GetKey;
-use crate::kv_decode::decode_call;
+use crate::kv::decode::decode_call;
 use crate::{Engine, EngineError, Json};
+use read::GetKey;
 
 /// Every write carries exactly one expiry; there is no default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -547,26 +552,26 @@ pub(crate) async fn write_one(client: &crate::db::Conn, op: &KvOp) -> Result<Str
     let version = |v: u64| v as i64;
     let row = match op {
         KvOp::Put { ns, key, value, expiry, expect, .. } => {
-            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
+            let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_put.sql")).await?;
             let expect = expect.map(|e| version(e.wire()));
             client.query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &expect]).await?
         }
         KvOp::PutIfAbsent { ns, key, value, expiry, .. } => {
-            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_put.sql")).await?;
+            let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_put.sql")).await?;
             client
                 .query_one(&stmt, &[ns, key, &value.get(), &ttl(expiry), &forever(expiry), &Some(0i64)])
                 .await?
         }
         KvOp::Delete { ns, key, expect, .. } => {
-            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_delete.sql")).await?;
+            let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_delete.sql")).await?;
             client.query_one(&stmt, &[ns, key, &expect.map(version)]).await?
         }
         KvOp::Check { ns, key, expect, .. } => {
-            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_check.sql")).await?;
+            let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_check.sql")).await?;
             client.query_one(&stmt, &[ns, key, &version(expect.wire())]).await?
         }
         KvOp::Incr { ns, key, delta, min, max, expiry, .. } => {
-            let stmt = client.prepare_cached(include_str!("../sql/statements/kv_incr.sql")).await?;
+            let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_incr.sql")).await?;
             let (min, max) = (min.as_ref().map(|m| m.get()), max.as_ref().map(|m| m.get()));
             client
                 .query_one(&stmt, &[ns, key, &delta.get(), &min, &max, &ttl(expiry), &forever(expiry)])
@@ -599,7 +604,7 @@ impl Engine {
             _ => {
                 let ctx = format!("{{\"maxReadBytes\":{}}}", self.kv_max_read_bytes());
                 let client = self.pool().get().await?;
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_apply.sql")).await?;
+                let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_apply.sql")).await?;
                 let cols = KvColumns::of(&ops);
                 let mut params = cols.params();
                 params.push(&ctx);
@@ -620,20 +625,22 @@ impl Engine {
                     return Ok(Json(results(&batcher.call(GetKey { ns, key }).await?)));
                 }
                 let client = self.pool().get().await?;
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get.sql")).await?;
+                let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_get.sql")).await?;
                 let row = client.query_opt(&stmt, &[&ns, &key]).await?;
                 return Ok(Json(results(&get_element(&key, row)?)));
             }
             KvOp::GetMany { ref ns, ref keys } => {
                 let client = self.pool().get().await?;
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_many.sql")).await?;
+                let stmt =
+                    client.prepare_cached(include_str!("../../sql/statements/kv_get_many.sql")).await?;
                 let row = client.query_one(&stmt, &[ns, keys, &self.kv_max_read_bytes()]).await?;
                 let inner: String = row.try_get(0)?;
                 return Ok(Json(results(&element(op.name(), &inner))));
             }
             KvOp::GetPrefix { ref ns, ref prefix, ref after, limit, keys_only } => {
                 let client = self.pool().get().await?;
-                let stmt = client.prepare_cached(include_str!("../sql/statements/kv_get_prefix.sql")).await?;
+                let stmt =
+                    client.prepare_cached(include_str!("../../sql/statements/kv_get_prefix.sql")).await?;
                 let limit = limit.map(|l| l as i32);
                 let row = client
                     .query_one(&stmt, &[ns, prefix, after, &limit, &keys_only, &self.kv_max_read_bytes()])

@@ -1,0 +1,117 @@
+//! The pop batcher: concurrent pops of queues, one `queen.pop_requests`
+//! call and one commit; a lone pop is one `queen.pop_api` call.
+
+use std::sync::Arc;
+
+use crate::batch::{
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, STALL_AFTER,
+};
+use crate::db::Pool;
+use crate::{EngineError, PopRequest};
+
+/// Pops in one statement, and the messages they may ask for together: a
+/// batch holds its lanes' row locks until its commit, so it stays short.
+const MAX_POPS: usize = 64;
+const MAX_POP_MESSAGES: usize = 1000;
+
+/// Concurrent pops of queues: one `queen.pop_requests` call, one commit.
+/// Answers are the SQL's text (sealed payloads still sealed).
+pub(crate) type PopBatcher = Batcher<PopRequest, Option<String>>;
+
+pub(crate) fn start_pops(
+    pool: Pool,
+    slots: usize,
+    key_id: Option<String>,
+    stats: Arc<BatchStats>,
+) -> PopBatcher {
+    let budget = Budget {
+        ceiling: [MAX_POPS, MAX_POP_MESSAGES],
+        cost: |r: &PopRequest| [1, usize::try_from(r.batch).unwrap_or(0)],
+    };
+    let key_id: Option<Arc<str>> = key_id.map(Arc::from);
+    Batcher::start(slots, budget, BatchKind::Pop, stats, STALL_AFTER, move |batch| {
+        run_pops(pool.clone(), key_id.clone(), batch)
+    })
+}
+
+async fn run_pops(
+    pool: Pool,
+    key_id: Option<Arc<str>>,
+    batch: Vec<Waiting<PopRequest, Option<String>>>,
+) -> Answered {
+    let alone = |r: PopRequest| {
+        let (pool, key_id) = (pool.clone(), key_id.clone());
+        async move { pop_call(&pool, &r, key_id.as_deref()).await }
+    };
+    let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
+    let requests: Vec<&PopRequest> = batch.iter().map(|w| &w.request).collect();
+    let outcome = pop_many(&pool, &requests, key_id.as_deref()).await;
+    drop(requests);
+    answer_batch(batch, outcome, alone).await
+}
+
+/// One `pop_api` call: one request's pop.
+pub(crate) async fn pop_call(
+    pool: &Pool,
+    r: &PopRequest,
+    key_id: Option<&str>,
+) -> Result<Option<String>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/pop.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[
+                &r.queue,
+                &r.partition,
+                &r.consumer_group,
+                &r.batch,
+                &r.partitions,
+                &r.lease_seconds,
+                &r.auto_ack,
+                &r.subscription_mode,
+                &r.subscription_from,
+                &key_id,
+            ],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
+/// Several requests' pops in one statement: one answer per request.
+async fn pop_many(
+    pool: &Pool,
+    batch: &[&PopRequest],
+    key_id: Option<&str>,
+) -> Result<Vec<Option<String>>, EngineError> {
+    let queues: Vec<&str> = batch.iter().map(|r| r.queue.as_str()).collect();
+    let partitions: Vec<Option<&str>> = batch.iter().map(|r| r.partition.as_deref()).collect();
+    let groups: Vec<Option<&str>> = batch.iter().map(|r| r.consumer_group.as_deref()).collect();
+    let batches: Vec<i32> = batch.iter().map(|r| r.batch).collect();
+    let partition_counts: Vec<i32> = batch.iter().map(|r| r.partitions).collect();
+    let lease_seconds: Vec<Option<i32>> = batch.iter().map(|r| r.lease_seconds).collect();
+    let auto_acks: Vec<bool> = batch.iter().map(|r| r.auto_ack).collect();
+    let modes: Vec<Option<&str>> = batch.iter().map(|r| r.subscription_mode.as_deref()).collect();
+    let froms: Vec<Option<&str>> = batch.iter().map(|r| r.subscription_from.as_deref()).collect();
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/pop_batch.sql")).await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[
+                &queues,
+                &partitions,
+                &groups,
+                &batches,
+                &partition_counts,
+                &lease_seconds,
+                &auto_acks,
+                &modes,
+                &froms,
+                &key_id,
+            ],
+        )
+        .await?;
+    let answers: Vec<Option<String>> = row.try_get(0)?;
+    Ok(answers)
+}
