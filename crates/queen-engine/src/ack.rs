@@ -11,9 +11,9 @@ use crate::db::Pool;
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
-use crate::broker::QUEUE_MODE;
+use crate::groups::QUEUE_MODE;
 use crate::wire::{self, Kind};
-use crate::{Engine, EngineError, Json};
+use crate::{EngineError, Json};
 
 /// One acknowledgment, checked.
 #[derive(Debug, Clone)]
@@ -156,31 +156,9 @@ impl<'a> AckColumns<'a> {
     }
 }
 
-impl Engine {
-    /// Acks (a JSON array of acknowledgments) as offset commits.
-    pub async fn ack(&self, items: &str, consumer_group: Option<&str>) -> Result<Json, EngineError> {
-        self.ack_items(decode_ack_items(items, consumer_group)?).await
-    }
-
-    /// Acks checked items; answers one result per item, in order.
-    /// Concurrent calls share a statement and a commit (the ack batcher).
-    pub async fn ack_items(&self, items: Vec<AckItem>) -> Result<Json, EngineError> {
-        if items.is_empty() {
-            return Ok(Json("[]".into()));
-        }
-        let n = items.len();
-        let answer = match self.ack_batcher() {
-            Some(batcher) if n <= BATCH_AT_MOST_ITEMS => batcher.call(items).await,
-            _ => ack_call(self.pool(), &items).await,
-        }?;
-        self.traffic_ref().acked(n);
-        Ok(answer)
-    }
-}
-
 /// Ack requests of more items than this run alone: they fill a statement
 /// by themselves.
-const BATCH_AT_MOST_ITEMS: usize = 64;
+pub(crate) const BATCH_AT_MOST_ITEMS: usize = 64;
 
 // The ack batcher: concurrent acks, one `queen.ack_requests` call, one commit.
 

@@ -10,8 +10,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{Engine, EngineError, PopRequest, QUEUE_MODE};
-
 /// How long a queue's cached option is trusted (a configure on another
 /// broker is seen within this).
 const FRESH_FOR: Duration = Duration::from_secs(5);
@@ -21,7 +19,7 @@ const FRESH_FOR: Duration = Duration::from_secs(5);
 pub(crate) struct FillWaits(Mutex<HashMap<String, (Duration, Instant)>>);
 
 impl FillWaits {
-    fn cached(&self, queue: &str) -> Option<Duration> {
+    pub(crate) fn cached(&self, queue: &str) -> Option<Duration> {
         let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.get(queue).filter(|(_, at)| at.elapsed() < FRESH_FOR).map(|(wait, _)| *wait)
     }
@@ -30,67 +28,5 @@ impl FillWaits {
     pub(crate) fn learn(&self, queue: &str, millis: u64) {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.insert(queue.to_owned(), (Duration::from_millis(millis.min(60_000)), Instant::now()));
-    }
-}
-
-impl Engine {
-    /// The queue's `minPopWaitTime` (zero for a queue not yet created).
-    async fn min_pop_wait(&self, queue: &str) -> Result<Duration, EngineError> {
-        if let Some(wait) = self.fill_waits().cached(queue) {
-            return Ok(wait);
-        }
-        let client = self.pool().get().await?;
-        let stmt =
-            client.prepare_cached("SELECT min_pop_wait_time FROM queen.queues WHERE name = $1").await?;
-        let row = client.query_opt(&stmt, &[&queue]).await?;
-        let millis = row.map(|r| r.try_get::<_, i32>(0)).transpose()?.unwrap_or(0);
-        self.fill_waits().learn(queue, u64::try_from(millis).unwrap_or(0));
-        Ok(Duration::from_millis(u64::try_from(millis).unwrap_or(0)))
-    }
-
-    /// Holds a long poll's claim while its queue's backlog is non-empty but
-    /// smaller than the batch, until the queue's fill wait or `deadline`
-    /// passes, or the backlog fills the batch. Pushes wake it through
-    /// `notified`'s waiters; without one it re-checks every poll interval.
-    pub(crate) async fn fill_wait(&self, req: &PopRequest, deadline: Instant) -> Result<(), EngineError> {
-        if req.batch <= 1 || req.is_by_tag() {
-            return Ok(());
-        }
-        let wait = self.min_pop_wait(&req.queue).await?;
-        if wait.is_zero() {
-            return Ok(());
-        }
-        let until = (Instant::now() + wait).min(deadline);
-        let group = req.consumer_group.as_deref().unwrap_or(QUEUE_MODE);
-        let handle = self.waiters_ref().handle(&req.queue);
-        let result = async {
-            loop {
-                let notified = handle.notified();
-                tokio::pin!(notified);
-                notified.as_mut().enable();
-                let backlog: Option<i32> = {
-                    let client = self.pool().get().await?;
-                    let stmt = client.prepare_cached("SELECT queen.pop_backlog($1, $2, $3, $4)").await?;
-                    client
-                        .query_one(&stmt, &[&req.queue, &req.partition, &group, &req.batch])
-                        .await?
-                        .try_get(0)?
-                };
-                // Empty (a plain long poll from here) or full: claim now.
-                let under_full = matches!(backlog, Some(n) if n > 0 && n < req.batch);
-                let now = Instant::now();
-                if !under_full || now >= until {
-                    return Ok(());
-                }
-                let nap = (until - now).min(self.poll_interval());
-                tokio::select! {
-                    _ = &mut notified => {}
-                    _ = tokio::time::sleep(nap) => {}
-                }
-            }
-        }
-        .await;
-        self.waiters_ref().release(&req.queue, handle);
-        result
     }
 }

@@ -10,13 +10,17 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::db::Pool;
-use crate::{Engine, EngineError};
+use crate::EngineError;
 
 /// Queues one tick may count before it sleeps again.
-const MAX_QUEUES_PER_TICK: usize = 100;
+pub(crate) const MAX_QUEUES_PER_TICK: usize = 100;
 
 /// Counts the due queue with the stalest gauge; `false` when none was due.
-async fn refresh_one(pool: &Pool, min_partitions: i32, every: Duration) -> Result<bool, EngineError> {
+pub(crate) async fn refresh_one(
+    pool: &Pool,
+    min_partitions: i32,
+    every: Duration,
+) -> Result<bool, EngineError> {
     let client = pool.get().await?;
     let stmt = client
         .prepare_cached("SELECT queen.refresh_queue_gauge($1, make_interval(secs => $2::float8))")
@@ -53,18 +57,5 @@ pub(crate) async fn refresh_gauges(
                 }
             }
         }
-    }
-}
-
-impl Engine {
-    /// Counts every queue whose gauge is due now (tests, and the bench's
-    /// operator pages); answers how many it counted.
-    pub async fn refresh_queue_gauges_once(&self) -> Result<usize, EngineError> {
-        let (every, min) = self.gauge_settings();
-        let mut counted = 0;
-        while counted < MAX_QUEUES_PER_TICK && refresh_one(self.pool(), min, every).await? {
-            counted += 1;
-        }
-        Ok(counted)
     }
 }

@@ -16,15 +16,15 @@
 mod ack;
 mod admin;
 mod batch;
-mod broker;
-mod brokers;
 mod config;
 mod db;
 mod dlq;
+mod engine;
 mod ephemeral;
 mod error;
 mod fill_wait;
 mod gauges;
+mod groups;
 mod kv;
 mod locks;
 mod migrate;
@@ -34,6 +34,7 @@ mod pg_tls;
 mod pop;
 mod push;
 mod reads;
+mod registry;
 mod retention;
 mod sealing;
 mod spool;
@@ -45,21 +46,24 @@ mod wire;
 pub use ack::{decode_ack_items, AckItem};
 pub use admin::QueueDepth;
 pub use batch::{BatchKind, BatchSizes, BATCH_SIZE_BOUNDS};
-pub use broker::{DlqQuery, Engine, EngineOptions, PopRequest, SubscriptionMode, QUEUE_MODE};
-pub use brokers::{
-    process_rss_bytes, TrafficMinute, TrafficTotals, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS,
-};
 pub use config::{DbConfig, DEFAULT_LOCK_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT};
+pub use dlq::DlqQuery;
 pub use dlq::{decode_replay_target, parse_dlq_id, ReplayTarget};
+pub use engine::{Engine, EngineOptions};
 pub use ephemeral::{EphemeralConfig, EphemeralPop, BROKER_BYTES as EPHEMERAL_BROKER_BYTES};
 pub use error::EngineError;
+pub use groups::{SubscriptionMode, QUEUE_MODE};
 pub use kv::browse::{decode_kv_list, KvListRequest, KV_LIST_DEFAULT_LIMIT, KV_LIST_MAX_LIMIT};
 pub use kv::{ops_to_wire, Expect, Expiry, KvOp, KvOutcome, KvResult, KvRow, PreconditionLost};
 pub use locks::{LockHolder, LockOp, LockResult, LOCKS_NAMESPACE, MAX_LIMIT as MAX_LOCK_LIMIT};
 pub use migrate::{migrate, schema_digest, MIGRATIONS};
 pub use pg_tls::{split_tls_options, SslMode, TlsOptions};
+pub use pop::PopRequest;
 pub use push::{decode_push_items, PushItem, DEFAULT_PARTITION};
 pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PAGE, MAX_FETCH_ENTRIES};
+pub use registry::{
+    process_rss_bytes, TrafficMinute, TrafficTotals, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS,
+};
 pub use retention::RetentionStatsSnapshot;
 pub use sealing::{rotate, BadKey, EncryptionKey, RotateReport, SEALED_TABLES};
 pub use spool::{SpoolError, SpoolOptions};

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::wire::{self, Fields, Kind};
-use crate::{Engine, EngineError, Json};
+use crate::EngineError;
 
 /// The namespace that holds the permits.
 pub const LOCKS_NAMESPACE: &str = "queen-locks";
@@ -84,7 +84,7 @@ impl LockOp {
     }
 
     /// The rules every caller's op must meet, HTTP or embedded.
-    fn check(&self, f: &str) -> Result<(), EngineError> {
+    pub(crate) fn check(&self, f: &str) -> Result<(), EngineError> {
         check_name(self.name(), f)?;
         let ttl_ok = |ttl: u64| (1..=MAX_TTL_SECONDS).contains(&ttl);
         match self {
@@ -346,24 +346,24 @@ pub struct LockResult {
 }
 
 #[derive(Deserialize)]
-struct Results {
-    results: Vec<LockResult>,
+pub(crate) struct Results {
+    pub(crate) results: Vec<LockResult>,
 }
 
 /// The call as the typed arrays `queen.lock_apply` takes.
 #[derive(Default)]
-struct LockColumns {
-    ops: Vec<&'static str>,
-    names: Vec<String>,
-    owners: Vec<Option<String>>,
-    ttls: Vec<Option<i64>>,
-    limits: Vec<Option<i32>>,
-    tokens: Vec<Option<i64>>,
-    slots: Vec<Option<i32>>,
+pub(crate) struct LockColumns {
+    pub(crate) ops: Vec<&'static str>,
+    pub(crate) names: Vec<String>,
+    pub(crate) owners: Vec<Option<String>>,
+    pub(crate) ttls: Vec<Option<i64>>,
+    pub(crate) limits: Vec<Option<i32>>,
+    pub(crate) tokens: Vec<Option<i64>>,
+    pub(crate) slots: Vec<Option<i32>>,
 }
 
 impl LockColumns {
-    fn of(ops: &[LockOp]) -> Self {
+    pub(crate) fn of(ops: &[LockOp]) -> Self {
         let mut c = LockColumns::default();
         for op in ops {
             c.ops.push(op.op_name());
@@ -386,38 +386,6 @@ impl LockColumns {
             c.slots.push(slot.and_then(|s| i32::try_from(s).ok()));
         }
         c
-    }
-}
-
-impl Engine {
-    /// A locks call given as wire JSON: `{"results": [...]}`, one per op.
-    pub async fn locks(&self, body: &str) -> Result<Json, EngineError> {
-        let ops = decode_locks(body)?;
-        self.run_locks(&ops).await
-    }
-
-    /// Typed lock operations, checked as the HTTP route checks them.
-    pub async fn lock_ops(&self, ops: &[LockOp]) -> Result<Vec<LockResult>, EngineError> {
-        for (i, op) in ops.iter().enumerate() {
-            op.check(&format!("operations[{i}]"))?;
-        }
-        let json = self.run_locks(ops).await?;
-        let r: Results = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
-        Ok(r.results)
-    }
-
-    async fn run_locks(&self, ops: &[LockOp]) -> Result<Json, EngineError> {
-        if ops.is_empty() {
-            return Ok(Json("{\"results\": []}".into()));
-        }
-        let c = LockColumns::of(ops);
-        let client = self.pool().get().await?;
-        let stmt = client.prepare_cached(include_str!("../sql/statements/locks.sql")).await?;
-        let row = client
-            .query_one(&stmt, &[&c.ops, &c.names, &c.owners, &c.ttls, &c.limits, &c.tokens, &c.slots])
-            .await?;
-        let answer: Option<String> = row.try_get(0)?;
-        answer.map(Json).ok_or_else(|| EngineError::Protocol("lock_apply answered NULL".into()))
     }
 }
 

@@ -12,7 +12,7 @@ use crate::db::Pool;
 use tokio::sync::watch;
 use uuid::Uuid;
 
-use crate::{Engine, EngineError};
+use crate::EngineError;
 
 /// Partitions one sweep call visits.
 const PARTITIONS_PER_CALL: i32 = 200;
@@ -37,7 +37,7 @@ pub struct RetentionStatsSnapshot {
 }
 
 impl RetentionStats {
-    fn snapshot(&self) -> RetentionStatsSnapshot {
+    pub(crate) fn snapshot(&self) -> RetentionStatsSnapshot {
         RetentionStatsSnapshot {
             retained: self.retained.load(Ordering::Relaxed),
             evicted: self.evicted.load(Ordering::Relaxed),
@@ -47,7 +47,7 @@ impl RetentionStats {
 
 /// One pass over every partition of the queues with retention or eviction
 /// on. `None` when another broker's sweep held the lock.
-async fn pass(
+pub(crate) async fn pass(
     pool: &Pool,
     batch: i32,
     stats: &RetentionStats,
@@ -112,18 +112,5 @@ pub(crate) async fn sweep_retention(
                 }
             }
         }
-    }
-}
-
-impl Engine {
-    /// Messages removed by this engine's retention sweeper so far.
-    pub fn retention_stats(&self) -> RetentionStatsSnapshot {
-        self.retention_stats_ref().snapshot()
-    }
-
-    /// Runs one retention pass now (tests, and operators through the CLI);
-    /// `None` when another broker is sweeping.
-    pub async fn sweep_retention_once(&self) -> Result<Option<RetentionStatsSnapshot>, EngineError> {
-        pass(self.pool(), self.retention_batch(), self.retention_stats_ref()).await
     }
 }

@@ -34,15 +34,11 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use tokio::sync::Notify;
-
-use crate::push::PushItem;
-use crate::{Engine, EngineError, Json};
 
 /// Where and how much to spool.
 #[derive(Debug, Clone)]
@@ -67,80 +63,80 @@ pub enum SpoolError {
     Io(#[from] std::io::Error),
 }
 
-const MAGIC: &[u8; 4] = b"QSP1";
-const HEADER: usize = 12;
+pub(crate) const MAGIC: &[u8; 4] = b"QSP1";
+pub(crate) const HEADER: usize = 12;
 /// A frame longer than this is damage, not a record (bodies are capped far below).
-const MAX_RECORD: usize = 1 << 30;
+pub(crate) const MAX_RECORD: usize = 1 << 30;
 
 /// One spooled item: a checked push item with its transaction id.
 #[derive(Serialize, Deserialize)]
-struct SpooledItem {
-    queue: String,
-    partition: String,
+pub(crate) struct SpooledItem {
+    pub(crate) queue: String,
+    pub(crate) partition: String,
     #[serde(rename = "transactionId")]
-    transaction_id: String,
+    pub(crate) transaction_id: String,
     #[serde(rename = "traceId", skip_serializing_if = "Option::is_none")]
-    trace_id: Option<String>,
+    pub(crate) trace_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    payload: Option<Box<RawValue>>,
+    pub(crate) payload: Option<Box<RawValue>>,
     #[serde(rename = "producerSub", skip_serializing_if = "Option::is_none")]
-    producer_sub: Option<String>,
+    pub(crate) producer_sub: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
-struct Record {
-    items: Vec<SpooledItem>,
+pub(crate) struct Record {
+    pub(crate) items: Vec<SpooledItem>,
 }
 
 /// A damaged segment, as the status reports it.
 #[derive(Debug, Clone, Serialize)]
-struct Damage {
-    file: String,
-    offset: u64,
-    reason: String,
+pub(crate) struct Damage {
+    pub(crate) file: String,
+    pub(crate) offset: u64,
+    pub(crate) reason: String,
 }
 
 #[derive(Default)]
-struct Counts {
-    records: u64,
-    items: u64,
-    bytes: u64,
-    drained_items: u64,
-    failed: u64,
-    damage: Vec<Damage>,
+pub(crate) struct Counts {
+    pub(crate) records: u64,
+    pub(crate) items: u64,
+    pub(crate) bytes: u64,
+    pub(crate) drained_items: u64,
+    pub(crate) failed: u64,
+    pub(crate) damage: Vec<Damage>,
 }
 
-struct Writer {
-    file: Option<File>,
-    seq: u64,
+pub(crate) struct Writer {
+    pub(crate) file: Option<File>,
+    pub(crate) seq: u64,
 }
 
 /// The spool of one engine.
 pub(crate) struct Spool {
-    dir: PathBuf,
-    broker: String,
-    max_bytes: u64,
-    drain_items: usize,
-    _lock: File,
-    writer: Mutex<Writer>,
-    counts: Mutex<Counts>,
+    pub(crate) dir: PathBuf,
+    pub(crate) broker: String,
+    pub(crate) max_bytes: u64,
+    pub(crate) drain_items: usize,
+    pub(crate) _lock: File,
+    pub(crate) writer: Mutex<Writer>,
+    pub(crate) counts: Mutex<Counts>,
     /// Locks of dead brokers whose segments this one drains.
-    adopted: Mutex<BTreeMap<String, File>>,
-    db_healthy: AtomicBool,
-    draining: AtomicBool,
-    wake: Notify,
+    pub(crate) adopted: Mutex<BTreeMap<String, File>>,
+    pub(crate) db_healthy: AtomicBool,
+    pub(crate) draining: AtomicBool,
+    pub(crate) wake: Notify,
 }
 
-fn lock_name(broker: &str) -> String {
+pub(crate) fn lock_name(broker: &str) -> String {
     format!("{broker}.lock")
 }
 
-fn segment_name(broker: &str, seq: u64) -> String {
+pub(crate) fn segment_name(broker: &str, seq: u64) -> String {
     format!("{broker}-{seq:010}.seg")
 }
 
 /// `(broker, seq)` of a segment file name.
-fn parse_segment(name: &str) -> Option<(String, u64)> {
+pub(crate) fn parse_segment(name: &str) -> Option<(String, u64)> {
     let stem = name.strip_suffix(".seg")?;
     let (broker, seq) = stem.rsplit_once('-')?;
     Some((broker.to_owned(), seq.parse().ok()?))
@@ -161,17 +157,17 @@ pub(crate) fn database_dir_name(cfg: &tokio_postgres::Config) -> String {
     raw.chars().map(|c| if c.is_ascii_alphanumeric() || ".,-_".contains(c) { c } else { '_' }).collect()
 }
 
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 /// What a segment holds from an offset on: the records, each with the
 /// offset after it, and the damage (offset, reason) that ended the read
 /// early, if any.
-type Frames = (Vec<(Record, u64)>, Option<(u64, String)>);
+pub(crate) type Frames = (Vec<(Record, u64)>, Option<(u64, String)>);
 
 /// Reads the frames of `file` from `offset`.
-fn read_frames(file: &mut File, offset: u64) -> std::io::Result<Frames> {
+pub(crate) fn read_frames(file: &mut File, offset: u64) -> std::io::Result<Frames> {
     let mut bytes = Vec::new();
     file.seek(SeekFrom::Start(offset))?;
     file.read_to_end(&mut bytes)?;
@@ -204,14 +200,14 @@ fn read_frames(file: &mut File, offset: u64) -> std::io::Result<Frames> {
     Ok((out, None))
 }
 
-fn read_offset(path: &Path) -> u64 {
+pub(crate) fn read_offset(path: &Path) -> u64 {
     fs::read(path)
         .ok()
         .and_then(|b| b.get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))))
         .unwrap_or(0)
 }
 
-fn write_offset(path: &Path, offset: u64) -> std::io::Result<()> {
+pub(crate) fn write_offset(path: &Path, offset: u64) -> std::io::Result<()> {
     let mut f = OpenOptions::new().create(true).write(true).truncate(false).open(path)?;
     f.write_all(&offset.to_le_bytes())?;
     f.sync_data()
@@ -243,12 +239,12 @@ impl Spool {
         Ok(spool)
     }
 
-    fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
+    pub(crate) fn counts(&self) -> std::sync::MutexGuard<'_, Counts> {
         self.counts.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Takes the locks of dead brokers' spools and counts their records.
-    fn adopt_orphans(&self) {
+    pub(crate) fn adopt_orphans(&self) {
         let Ok(entries) = fs::read_dir(&self.dir) else { return };
         let mut adopted = self.adopted.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for entry in entries.flatten() {
@@ -286,7 +282,7 @@ impl Spool {
     }
 
     /// The segments of `broker`, in order.
-    fn segments_of(&self, broker: &str) -> Vec<(String, u64)> {
+    pub(crate) fn segments_of(&self, broker: &str) -> Vec<(String, u64)> {
         let mut out: Vec<(String, u64)> = fs::read_dir(&self.dir)
             .map(|entries| {
                 entries
@@ -303,7 +299,7 @@ impl Spool {
         out
     }
 
-    fn done_path(&self, segment: &str) -> PathBuf {
+    pub(crate) fn done_path(&self, segment: &str) -> PathBuf {
         self.dir.join(format!("{segment}.done"))
     }
 
@@ -313,7 +309,7 @@ impl Spool {
     }
 
     /// Appends one push's items, durably; the caller answers 201 after it.
-    fn append(&self, items: &[SpooledItem]) -> Result<(), SpoolError> {
+    pub(crate) fn append(&self, items: &[SpooledItem]) -> Result<(), SpoolError> {
         let payload = serde_json::to_vec(&RecordRef { items }).map_err(std::io::Error::other)?;
         let mut frame = Vec::with_capacity(HEADER + payload.len());
         frame.extend_from_slice(MAGIC);
@@ -350,7 +346,7 @@ impl Spool {
     }
 
     /// Seals the segment being written, so the drainer can finish it.
-    fn rotate(&self) {
+    pub(crate) fn rotate(&self) {
         let mut w = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if w.file.take().is_some() {
             w.seq += 1;
@@ -385,234 +381,16 @@ impl Spool {
 }
 
 #[derive(Serialize)]
-struct RecordRef<'a> {
-    items: &'a [SpooledItem],
+pub(crate) struct RecordRef<'a> {
+    pub(crate) items: &'a [SpooledItem],
 }
 
 /// What a drain attempt ended with.
-enum Drained {
+pub(crate) enum Drained {
     /// Every sealed segment is drained.
     All,
     /// PostgreSQL refused for now (unreachable or paused): try later.
     NotNow,
-}
-
-impl Engine {
-    /// Spools `items` (their transaction ids drawn) and answers the 201 body
-    /// Queen gives: one `buffered` entry per item.
-    pub(crate) fn spool_items(
-        &self,
-        spool: &Spool,
-        items: &[PushItem],
-        cause: EngineError,
-    ) -> Result<Json, EngineError> {
-        let spooled: Vec<SpooledItem> = items
-            .iter()
-            .map(|it| SpooledItem {
-                queue: it.queue.clone(),
-                partition: it.partition.clone(),
-                transaction_id: it
-                    .transaction_id
-                    .clone()
-                    .or_else(|| it.drawn_id.clone())
-                    .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
-                trace_id: it.trace_id.clone(),
-                payload: it.payload.clone(),
-                producer_sub: it.producer_sub.clone(),
-            })
-            .collect();
-        match spool.append(&spooled) {
-            Ok(()) => {}
-            Err(SpoolError::Full(limit)) => {
-                tracing::warn!(limit, "the push spool is full; answering 503");
-                return Err(cause);
-            }
-            Err(SpoolError::Io(e)) => {
-                tracing::error!(error = %e, "the push spool cannot be written; answering 503");
-                return Err(cause);
-            }
-        }
-        let answer: Vec<serde_json::Value> = spooled
-            .iter()
-            .enumerate()
-            .map(|(index, it)| {
-                serde_json::json!({
-                    "index": index,
-                    "message_id": null,
-                    "transaction_id": it.transaction_id,
-                    "transactionId": it.transaction_id,
-                    "queueName": it.queue,
-                    "queue": it.queue,
-                    "partition": it.partition,
-                    "status": "buffered",
-                })
-            })
-            .collect();
-        Ok(Json(serde_json::Value::Array(answer).to_string()))
-    }
-
-    /// Starts the drainer of this engine's spool (no-op without one, or when
-    /// started already). `queen_server::serve` calls it.
-    pub fn start_spool_drain(self: &Arc<Self>) {
-        let Some(spool) = self.spool.clone() else { return };
-        if spool.draining.swap(true, Ordering::SeqCst) {
-            return;
-        }
-        let engine = Arc::downgrade(self);
-        let mut shutdown = self.shutdown_signal();
-        tokio::spawn(async move {
-            let mut backoff = Duration::from_millis(200);
-            loop {
-                let outcome = match engine.upgrade() {
-                    Some(engine) => engine.drain_spool(&spool).await,
-                    None => return,
-                };
-                let nap = match outcome {
-                    Drained::All => {
-                        backoff = Duration::from_millis(200);
-                        // Idle until a record is spooled (or a dead broker's may be found).
-                        Duration::from_secs(5)
-                    }
-                    Drained::NotNow => {
-                        backoff = (backoff * 2).min(Duration::from_secs(5));
-                        backoff
-                    }
-                };
-                tokio::select! {
-                    _ = spool.wake.notified(), if matches!(outcome, Drained::All) => {}
-                    _ = tokio::time::sleep(nap) => {}
-                    _ = shutdown.changed() => { spool.close(); return; }
-                }
-                if *shutdown.borrow() {
-                    spool.close();
-                    return;
-                }
-            }
-        });
-    }
-
-    /// One pass: adopted segments first, then this broker's sealed ones.
-    async fn drain_spool(&self, spool: &Spool) -> Drained {
-        if self.awaiting_migration() {
-            return Drained::NotNow;
-        }
-        spool.adopt_orphans();
-        if !spool.holds_records() {
-            return Drained::All;
-        }
-        spool.rotate();
-        let current = spool.writer.lock().map(|w| w.seq).unwrap_or(u64::MAX);
-        let adopted: Vec<String> =
-            spool.adopted.lock().map(|a| a.keys().cloned().collect()).unwrap_or_default();
-        for broker in adopted {
-            for (segment, _) in spool.segments_of(&broker) {
-                if let Drained::NotNow = self.drain_segment(spool, &segment).await {
-                    return Drained::NotNow;
-                }
-            }
-            // All of a dead broker's records are in: its lock file goes.
-            let _ = fs::remove_file(spool.dir.join(lock_name(&broker)));
-            if let Ok(mut a) = spool.adopted.lock() {
-                a.remove(&broker);
-            }
-        }
-        for (segment, seq) in spool.segments_of(&spool.broker) {
-            if seq >= current {
-                break;
-            }
-            if let Drained::NotNow = self.drain_segment(spool, &segment).await {
-                return Drained::NotNow;
-            }
-        }
-        Drained::All
-    }
-
-    async fn drain_segment(&self, spool: &Spool, segment: &str) -> Drained {
-        let path = spool.dir.join(segment);
-        let done_path = spool.done_path(segment);
-        let done = read_offset(&done_path);
-        let read = File::open(&path).and_then(|mut f| {
-            let len = f.metadata()?.len();
-            read_frames(&mut f, done).map(|r| (r, len))
-        });
-        let ((records, damage), len) = match read {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!(segment, error = %e, "cannot read a push spool segment; will retry");
-                return Drained::NotNow;
-            }
-        };
-        let mut at = done;
-        let mut records = records.into_iter().peekable();
-        while records.peek().is_some() {
-            // Records drain in groups of up to `drain_items` items, one push
-            // (one commit) each, in arrival order: a broker back from an
-            // outage catches up faster than pushes arrive.
-            let (mut items, mut count, mut end) = (Vec::new(), 0u64, at);
-            while let Some((record, record_end)) =
-                records.next_if(|(r, _)| items.is_empty() || items.len() + r.items.len() <= spool.drain_items)
-            {
-                items.extend(record.items.into_iter().map(|it| PushItem {
-                    queue: it.queue,
-                    partition: it.partition,
-                    transaction_id: Some(it.transaction_id),
-                    trace_id: it.trace_id,
-                    payload: it.payload,
-                    producer_sub: it.producer_sub,
-                    drawn_id: None,
-                }));
-                count += 1;
-                end = record_end;
-            }
-            let n = items.len() as u64;
-            match self.push_now(&items).await {
-                Ok(_) => spool.db_healthy.store(true, Ordering::Relaxed),
-                Err(
-                    EngineError::Unavailable(e)
-                    | EngineError::Paused(e)
-                    | EngineError::Conflict(e)
-                    | EngineError::Timeout { message: e, .. },
-                ) => {
-                    spool.db_healthy.store(false, Ordering::Relaxed);
-                    tracing::debug!(error = %e, "the push spool waits for the database");
-                    return Drained::NotNow;
-                }
-                Err(e) => {
-                    // The items were checked before they were spooled: a
-                    // refusal now (a queue deleted and recreated encrypted
-                    // without a key, say) would refuse forever. Count it
-                    // and go on rather than block the spool behind it.
-                    tracing::error!(segment, offset = at, error = %e, "spooled pushes were refused; skipping them");
-                    spool.counts().failed += count;
-                }
-            }
-            if let Err(e) = write_offset(&done_path, end) {
-                tracing::error!(segment, error = %e, "cannot record the push spool's progress; will retry");
-                return Drained::NotNow;
-            }
-            let mut c = spool.counts();
-            c.records = c.records.saturating_sub(count);
-            c.items = c.items.saturating_sub(n);
-            c.bytes = c.bytes.saturating_sub(end - at);
-            c.drained_items += n;
-            drop(c);
-            at = end;
-        }
-        if let Some((offset, reason)) = damage {
-            tracing::error!(segment, offset, %reason, "a damaged push spool segment; its tail is skipped and kept as .corrupt");
-            let mut c = spool.counts();
-            c.failed += 1;
-            c.bytes = c.bytes.saturating_sub(len.saturating_sub(at));
-            c.damage.push(Damage { file: segment.to_owned(), offset, reason });
-            drop(c);
-            let _ = fs::rename(&path, spool.dir.join(format!("{segment}.corrupt")));
-        } else {
-            let _ = fs::remove_file(&path);
-        }
-        let _ = fs::remove_file(&done_path);
-        let _ = sync_dir(&spool.dir);
-        Drained::All
-    }
 }
 
 #[cfg(test)]

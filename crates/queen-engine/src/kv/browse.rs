@@ -7,7 +7,7 @@ use serde_json::value::RawValue;
 
 use crate::kv::decode::{has_lone_surrogate, kv_reject, valid_namespace};
 use crate::wire::{self, Kind};
-use crate::{Engine, EngineError, Json};
+use crate::EngineError;
 
 /// Keys of a page when the request names no limit.
 pub const KV_LIST_DEFAULT_LIMIT: u32 = 100;
@@ -89,26 +89,6 @@ pub fn decode_kv_list(body: &str) -> Result<KvListRequest, EngineError> {
         }
     };
     Ok(KvListRequest { namespace, prefix, cursor, limit })
-}
-
-impl Engine {
-    /// Every KV namespace with its live key count and its expired rows the
-    /// sweeper has not deleted yet: `{"namespaces": [{namespace, keys, expired}]}`.
-    pub async fn kv_namespace_counts(&self) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.kv_namespace_counts()::text", &[]).await
-    }
-
-    /// One keyset page of a namespace's keys in byte order, bounded by the
-    /// limit and by the KV read byte ceiling (at least one row when one
-    /// exists): `{namespace, keys: [...], nextCursor}`.
-    pub async fn kv_list(&self, req: &KvListRequest) -> Result<Json, EngineError> {
-        let limit = req.limit as i32;
-        self.call_json(
-            "SELECT queen.kv_list($1, $2, $3, $4, $5)::text",
-            &[&req.namespace, &req.prefix, &req.cursor, &limit, &self.kv_max_read_bytes()],
-        )
-        .await
-    }
 }
 
 #[cfg(test)]

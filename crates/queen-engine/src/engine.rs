@@ -1,5 +1,23 @@
 //! The engine: one method per API operation, each one round trip.
 
+mod ack;
+mod admin;
+mod dlq;
+mod ephemeral;
+mod fill_wait;
+mod gauges;
+mod kv;
+mod kv_browse;
+mod locks;
+mod push;
+mod reads;
+mod retention;
+mod sealing;
+mod spool;
+mod streams;
+mod timers;
+mod transaction;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,20 +29,20 @@ use tokio_postgres::types::ToSql;
 
 use crate::ack::AckBatcher;
 use crate::batch::{BatchKind, BatchSizes, BatchStats};
+use crate::dlq::DlqQuery;
 use crate::ephemeral::Ephemeral;
+use crate::groups::SubscriptionMode;
 use crate::kv::read::GetBatcher;
 use crate::kv::write::WriteBatcher;
 use crate::notifier::{self, Announcer, Waiters};
 use crate::pop::PopBatcher;
+use crate::pop::PopRequest;
 use crate::push::PushBatcher;
 use crate::retention::RetentionStats;
 use crate::sealing::{EncryptionKey, SealedQueues};
-use crate::timers::{self, TimerStats};
+use crate::timers::TimerStats;
 use crate::transaction::BundleBatcher;
 use crate::{DbConfig, EngineError, Json};
-
-/// The consumer group name of queue mode: one more cursor per partition.
-pub const QUEUE_MODE: &str = "__QUEUE_MODE__";
 
 /// Tuning that does not change semantics.
 #[derive(Debug, Clone)]
@@ -110,45 +128,6 @@ pub struct EngineOptions {
     pub default_subscription_mode: SubscriptionMode,
 }
 
-/// The consumer groups of streams runners: `streams.<query id>`.
-pub const STREAMS_GROUP_PREFIX: &str = "streams.";
-
-/// Where a new consumer group starts reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SubscriptionMode {
-    /// From the first message still in the queue (`all`, `from_beginning`).
-    All,
-    /// After the last message pushed before the group's first pop, in every
-    /// partition (Queen 1.6's default).
-    #[default]
-    New,
-}
-
-impl SubscriptionMode {
-    /// The name the pop routes and `DEFAULT_SUBSCRIPTION_MODE` use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SubscriptionMode::All => "all",
-            SubscriptionMode::New => "new",
-        }
-    }
-}
-
-impl std::str::FromStr for SubscriptionMode {
-    type Err = String;
-
-    /// Queen's spellings; an empty value is Queen's old default, `all`.
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "" | "all" | "from_beginning" => Ok(SubscriptionMode::All),
-            "new" | "new-only" | "new_only" => Ok(SubscriptionMode::New),
-            other => Err(format!(
-                "unknown subscription mode {other:?}: expected all, from_beginning, new or new-only"
-            )),
-        }
-    }
-}
-
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
@@ -178,87 +157,6 @@ impl Default for EngineOptions {
     }
 }
 
-/// One pop call, as the query string of the pop routes describes it.
-#[derive(Debug, Clone, Default)]
-pub struct PopRequest {
-    /// The queue to pop from.
-    pub queue: String,
-    /// Only this partition, or any free partition when `None`.
-    pub partition: Option<String>,
-    /// The consumer group; `None` is queue mode.
-    pub consumer_group: Option<String>,
-    /// The message budget of the whole call (a global cap).
-    pub batch: i32,
-    /// How many partitions the call may claim.
-    pub partitions: i32,
-    /// Overrides the queue's lease time for this pop.
-    pub lease_seconds: Option<i32>,
-    /// Commit the cursor at delivery instead of leasing.
-    pub auto_ack: bool,
-    /// Start position of a group that registers with this pop.
-    pub subscription_mode: Option<String>,
-    /// `now` or an ISO timestamp, for a group that registers with this pop.
-    pub subscription_from: Option<String>,
-    /// With `queue` empty: pop from the queues carrying this namespace
-    /// (and `task`, when given), higher priority first.
-    pub namespace: Option<String>,
-    /// With `queue` empty: pop from the queues carrying this task.
-    pub task: Option<String>,
-}
-
-impl PopRequest {
-    /// A pop across the queues of a namespace and/or task, not one queue.
-    pub fn is_by_tag(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// This pop with the broker's default start filled in, when it names a
-    /// consumer group but neither a mode nor a start: the start of a group
-    /// is fixed by its first pop, so the default applies there only (the
-    /// SQL ignores it for a registered group). `None`: use the pop as it is.
-    ///
-    /// A streams runner's group (`streams.<query>`) starts at the oldest
-    /// message whatever the default: its runner sends no mode and its users
-    /// push before they run (README, "Upgrading from Queen 1.x").
-    fn with_default_subscription(&self, default: SubscriptionMode) -> Option<PopRequest> {
-        let unset = |v: &Option<String>| v.as_deref().is_none_or(str::is_empty);
-        let group = self.consumer_group.as_deref().filter(|g| *g != QUEUE_MODE)?;
-        if !unset(&self.subscription_mode) || !unset(&self.subscription_from) {
-            return None;
-        }
-        let mode = if group.starts_with(STREAMS_GROUP_PREFIX) { SubscriptionMode::All } else { default };
-        Some(PopRequest { subscription_mode: Some(mode.as_str().to_owned()), ..self.clone() })
-    }
-
-    /// The long-poll waiters this pop waits with.
-    fn waiter_key(&self) -> &str {
-        if self.is_by_tag() {
-            notifier::ANY_QUEUE
-        } else {
-            &self.queue
-        }
-    }
-}
-
-/// Filters of the DLQ listing.
-#[derive(Debug, Clone, Default)]
-pub struct DlqQuery {
-    /// Queue name.
-    pub queue: Option<String>,
-    /// Consumer group.
-    pub consumer_group: Option<String>,
-    /// Partition name.
-    pub partition: Option<String>,
-    /// Failed at or after (ISO).
-    pub from: Option<String>,
-    /// Failed at or before (ISO).
-    pub to: Option<String>,
-    /// Page size.
-    pub limit: i32,
-    /// Rows to skip.
-    pub offset: i32,
-}
-
 /// The broker engine. Cheap to share behind an `Arc`; holds the pool and the
 /// long-poll waiters, nothing else.
 pub struct Engine {
@@ -280,8 +178,8 @@ pub struct Engine {
     sealed_queues: SealedQueues,
     fill_waits: crate::fill_wait::FillWaits,
     ephemeral: Arc<Ephemeral>,
-    identity: Arc<crate::brokers::Identity>,
-    traffic: Arc<crate::brokers::Traffic>,
+    identity: Arc<crate::registry::Identity>,
+    traffic: Arc<crate::registry::Traffic>,
     pub(crate) spool: Option<Arc<crate::spool::Spool>>,
     /// Set by [`Engine::expect_migration`] until a migration succeeds: the
     /// broker serves (health, readiness, the push spool) before its schema is there.
@@ -318,7 +216,7 @@ impl Engine {
         }
         let timer_stats = Arc::new(TimerStats::default());
         if let Some(every) = options.timer_sweep_interval {
-            tokio::spawn(timers::sweep_timers(
+            tokio::spawn(crate::timers::sweep_timers(
                 pool.clone(),
                 every,
                 options.timer_fire_batch.max(1),
@@ -354,7 +252,7 @@ impl Engine {
             ephemeral.clone(),
             shutdown.subscribe(),
         ));
-        let identity = Arc::new(crate::brokers::Identity {
+        let identity = Arc::new(crate::registry::Identity {
             id: ephemeral.owner_id(),
             url: options.advertise_url.clone().unwrap_or_else(|| "http://localhost:6632".to_owned()),
             started: std::time::SystemTime::now(),
@@ -371,8 +269,8 @@ impl Engine {
             }
             None => None,
         };
-        let traffic = Arc::new(crate::brokers::Traffic::default());
-        tokio::spawn(crate::brokers::run_registry(
+        let traffic = Arc::new(crate::registry::Traffic::default());
+        tokio::spawn(crate::registry::run_registry(
             pool.clone(),
             waiters.clone(),
             announcer.clone(),
@@ -607,30 +505,30 @@ impl Engine {
     /// Every live broker on this database, this one included (their
     /// heartbeat rows: pid, host, URL, uptime, memory, pool, long polls).
     pub async fn brokers(&self) -> Result<Json, EngineError> {
-        crate::brokers::list(&self.pool).await
+        crate::registry::list(&self.pool).await
     }
 
     /// This engine's traffic counters (messages pushed, pops that
     /// delivered, messages acked since it started).
-    pub fn traffic(&self) -> crate::brokers::TrafficTotals {
+    pub fn traffic(&self) -> crate::registry::TrafficTotals {
         self.traffic.totals()
     }
 
-    pub(crate) fn traffic_ref(&self) -> &crate::brokers::Traffic {
+    pub(crate) fn traffic_ref(&self) -> &crate::registry::Traffic {
         &self.traffic
     }
 
     /// Writes the traffic counted since the last heartbeat to
     /// `queen.broker_minutes` now (the heartbeat does it every 5 s).
     pub async fn flush_traffic(&self) -> Result<(), EngineError> {
-        crate::brokers::flush_traffic(&self.pool, &self.identity, &self.traffic).await
+        crate::registry::flush_traffic(&self.pool, &self.identity, &self.traffic).await
     }
 
     /// The last 60 minutes of traffic (oldest first, the current minute
     /// last), each minute summed over every broker on the database; the
     /// current broker's last 5 s are not in it until its next heartbeat.
-    pub async fn traffic_hour(&self) -> Result<Vec<crate::brokers::TrafficMinute>, EngineError> {
-        crate::brokers::traffic_hour(&self.pool).await
+    pub async fn traffic_hour(&self) -> Result<Vec<crate::registry::TrafficMinute>, EngineError> {
+        crate::registry::traffic_hour(&self.pool).await
     }
 
     /// Leaves the broker registry (a graceful stop; best effort), after
@@ -639,7 +537,7 @@ impl Engine {
         if let Err(e) = self.flush_traffic().await {
             tracing::debug!(error = %e, "cannot write the broker's last traffic");
         }
-        if let Err(e) = crate::brokers::leave(&self.pool, &self.identity).await {
+        if let Err(e) = crate::registry::leave(&self.pool, &self.identity).await {
             tracing::debug!(error = %e, "cannot leave the broker registry");
         }
     }
