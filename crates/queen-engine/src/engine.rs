@@ -34,11 +34,11 @@ use crate::ephemeral::Ephemeral;
 use crate::groups::SubscriptionMode;
 use crate::kv::read::GetBatcher;
 use crate::kv::write::WriteBatcher;
+use crate::maintenance::retention::RetentionStats;
 use crate::notifier::{self, Announcer, Waiters};
 use crate::pop::PopBatcher;
 use crate::pop::PopRequest;
 use crate::push::PushBatcher;
-use crate::retention::RetentionStats;
 use crate::sealing::{EncryptionKey, SealedQueues};
 use crate::timers::TimerStats;
 use crate::transaction::BundleBatcher;
@@ -206,7 +206,7 @@ impl Engine {
         tokio::spawn(notifier::run(pg, tls, listen, waiters.clone(), announcer.clone(), shutdown_rx.clone()));
         let kv_pruned = Arc::new(AtomicU64::new(0));
         if let Some(every) = options.kv_sweep_interval {
-            tokio::spawn(sweep(
+            tokio::spawn(crate::maintenance::kv_sweep::sweep(
                 pool.clone(),
                 every,
                 options.kv_sweep_batch,
@@ -216,7 +216,7 @@ impl Engine {
         }
         let timer_stats = Arc::new(TimerStats::default());
         if let Some(every) = options.timer_sweep_interval {
-            tokio::spawn(crate::timers::sweep_timers(
+            tokio::spawn(crate::maintenance::timers::sweep_timers(
                 pool.clone(),
                 every,
                 options.timer_fire_batch.max(1),
@@ -227,7 +227,7 @@ impl Engine {
             ));
         }
         if let Some(every) = options.queue_gauge_interval {
-            tokio::spawn(crate::gauges::refresh_gauges(
+            tokio::spawn(crate::maintenance::gauges::refresh_gauges(
                 pool.clone(),
                 every,
                 options.queue_gauge_min_partitions.max(1),
@@ -236,7 +236,7 @@ impl Engine {
         }
         let retention_stats = Arc::new(RetentionStats::default());
         if let Some(every) = options.retention_sweep_interval {
-            tokio::spawn(crate::retention::sweep_retention(
+            tokio::spawn(crate::maintenance::retention::sweep_retention(
                 pool.clone(),
                 every,
                 options.retention_sweep_batch.max(1),
@@ -778,46 +778,4 @@ fn announce_fn(waiters: &Arc<Waiters>, announcer: &Arc<Announcer>) -> crate::not
         waiters.wake(queues.iter().map(String::as_str));
         announcer.add(queues);
     })
-}
-
-/// The KV sweeper: deletes expired rows in bounded batches. Safe with many
-/// brokers (the SQL skips locked rows) and invisible to reads (expired rows
-/// are already absent by predicate).
-async fn sweep(
-    pool: Pool,
-    every: Duration,
-    batch: i32,
-    pruned: Arc<AtomicU64>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut outage = crate::outage::Outage::new("kv sweep");
-    let mut pause = every;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.changed() => return,
-        }
-        pause = every;
-        loop {
-            let step = async {
-                let client = pool.get().await?;
-                let stmt = client.prepare_cached("SELECT queen.kv_sweep($1)").await?;
-                let n: i32 = client.query_one(&stmt, &[&batch]).await?.try_get(0)?;
-                Ok::<i32, EngineError>(n)
-            };
-            match step.await {
-                Ok(n) => {
-                    outage.ok();
-                    pruned.fetch_add(n.max(0) as u64, Ordering::Relaxed);
-                    if n < batch || *shutdown.borrow() {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    pause = every.max(outage.failed(&e));
-                    break;
-                }
-            }
-        }
-    }
 }

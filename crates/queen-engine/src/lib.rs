@@ -23,10 +23,10 @@ mod engine;
 mod ephemeral;
 mod error;
 mod fill_wait;
-mod gauges;
 mod groups;
 mod kv;
 mod locks;
+mod maintenance;
 mod migrate;
 mod notifier;
 mod outage;
@@ -35,7 +35,6 @@ mod pop;
 mod push;
 mod reads;
 mod registry;
-mod retention;
 mod sealing;
 mod spool;
 mod streams;
@@ -56,6 +55,7 @@ pub use groups::{SubscriptionMode, QUEUE_MODE};
 pub use kv::browse::{decode_kv_list, KvListRequest, KV_LIST_DEFAULT_LIMIT, KV_LIST_MAX_LIMIT};
 pub use kv::{ops_to_wire, Expect, Expiry, KvOp, KvOutcome, KvResult, KvRow, PreconditionLost};
 pub use locks::{LockHolder, LockOp, LockResult, LOCKS_NAMESPACE, MAX_LIMIT as MAX_LOCK_LIMIT};
+pub use maintenance::retention::RetentionStatsSnapshot;
 pub use migrate::{migrate, schema_digest, MIGRATIONS};
 pub use pg_tls::{split_tls_options, SslMode, TlsOptions};
 pub use pop::PopRequest;
@@ -64,7 +64,6 @@ pub use reads::{ChangedEntry, FetchEntry, Fetched, FetchedRecord, MAX_CHANGED_PA
 pub use registry::{
     process_rss_bytes, TrafficMinute, TrafficTotals, STALE_AFTER_SECONDS as BROKER_STALE_AFTER_SECONDS,
 };
-pub use retention::RetentionStatsSnapshot;
 pub use sealing::{rotate, BadKey, EncryptionKey, RotateReport, SEALED_TABLES};
 pub use spool::{SpoolError, SpoolOptions};
 pub use streams::{

@@ -6,14 +6,12 @@
 //! timer as one message in the transaction that deletes its row.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::db::Pool;
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::sync::watch;
 
 use crate::notifier::Announce;
 use crate::wire::{self, Fields, Kind};
@@ -447,7 +445,7 @@ pub(crate) async fn fire_sealed(
 }
 
 /// Seconds until the earliest pending timer is due (negative: overdue).
-async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError> {
+pub(crate) async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError> {
     let client = pool.get().await?;
     let stmt = client
         .prepare_cached(
@@ -455,61 +453,6 @@ async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError> {
         )
         .await?;
     Ok(client.query_one(&stmt, &[]).await?.try_get(0)?)
-}
-
-/// The timer sweeper: every `every`, fires due timers in batches of
-/// `batch` until none is left. Safe with many brokers (rows are claimed
-/// with SKIP LOCKED); a failed round is retried on the next tick.
-pub(crate) async fn sweep_timers(
-    pool: Pool,
-    every: Duration,
-    batch: i32,
-    announce: Announce,
-    stats: Arc<TimerStats>,
-    key: Option<crate::EncryptionKey>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    // Idle, the sweeper sleeps until the next due timer, at most `IDLE_ROUNDS`
-    // intervals: polling an empty table every interval cost a single
-    // client's push 5% (measured). A schedule on this engine wakes it; one
-    // on another engine is fired by that engine's own sweeper.
-    const IDLE_ROUNDS: u32 = 5;
-    let mut nap = every;
-    let mut outage = crate::outage::Outage::new("timer sweep");
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(nap) => {}
-            _ = stats.wake.notified() => {}
-            _ = shutdown.changed() => return,
-        }
-        let mut failed = None;
-        loop {
-            match fire_sealed(&pool, batch, &announce, &stats, key.as_ref()).await {
-                Ok(f) if f.fired as i32 >= batch && !*shutdown.borrow() => continue,
-                Ok(_) => break,
-                Err(e) => {
-                    failed = Some(outage.failed(&e));
-                    break;
-                }
-            }
-        }
-        if let Some(pause) = failed {
-            nap = every.max(pause);
-            continue;
-        }
-        let idle = every * IDLE_ROUNDS;
-        nap = match next_due_in(&pool).await {
-            Ok(Some(secs)) => {
-                outage.ok();
-                Duration::from_secs_f64(secs.max(0.0)).clamp(Duration::from_millis(5), idle)
-            }
-            Ok(None) => {
-                outage.ok();
-                idle
-            }
-            Err(e) => every.max(outage.failed(&e)),
-        };
-    }
 }
 
 #[cfg(test)]

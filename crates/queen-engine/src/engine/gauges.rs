@@ -1,6 +1,6 @@
-//! `Engine`'s calls of `crate::gauges`: the facade over that module.
+//! `Engine`'s calls of `crate::maintenance::gauges`: the facade over that module.
 
-use crate::gauges::*;
+use crate::maintenance::gauges::*;
 use crate::{Engine, EngineError};
 
 impl Engine {

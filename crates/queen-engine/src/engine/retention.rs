@@ -1,6 +1,6 @@
-//! `Engine`'s calls of `crate::retention`: the facade over that module.
+//! `Engine`'s calls of `crate::maintenance::retention`: the facade over that module.
 
-use crate::retention::*;
+use crate::maintenance::retention::*;
 use crate::{Engine, EngineError};
 
 impl Engine {

@@ -34,28 +34,14 @@ pub(crate) async fn refresh_gauges(
     pool: Pool,
     every: Duration,
     min_partitions: i32,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut outage = crate::outage::Outage::new("queue gauges");
-    let mut pause = every;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.changed() => return,
-        }
-        pause = every;
-        for _ in 0..MAX_QUEUES_PER_TICK {
-            match refresh_one(&pool, min_partitions, every).await {
-                Ok(true) if !*shutdown.borrow() => outage.ok(),
-                Ok(_) => {
-                    outage.ok();
-                    break;
-                }
-                Err(e) => {
-                    pause = every.max(outage.failed(&e));
-                    break;
-                }
-            }
-        }
-    }
+    super::run("queue gauges", every, MAX_QUEUES_PER_TICK, None, shutdown, || async {
+        Ok(if refresh_one(&pool, min_partitions, every).await? {
+            super::Next::Again
+        } else {
+            super::Next::Sleep
+        })
+    })
+    .await;
 }

@@ -86,31 +86,13 @@ pub(crate) async fn sweep_retention(
     every: Duration,
     batch: i32,
     stats: Arc<RetentionStats>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut outage = crate::outage::Outage::new("retention sweep");
-    let mut pause = every;
-    loop {
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.changed() => return,
-        }
-        pause = every;
-        for _ in 0..MAX_PASSES_PER_TICK {
-            match pass(&pool, batch, &stats).await {
-                Ok(Some(removed)) if removed.retained + removed.evicted > 0 && !*shutdown.borrow() => {
-                    outage.ok();
-                    continue;
-                }
-                Ok(_) => {
-                    outage.ok();
-                    break;
-                }
-                Err(e) => {
-                    pause = every.max(outage.failed(&e));
-                    break;
-                }
-            }
-        }
-    }
+    super::run("retention sweep", every, MAX_PASSES_PER_TICK, None, shutdown, || async {
+        Ok(match pass(&pool, batch, &stats).await? {
+            Some(removed) if removed.retained + removed.evicted > 0 => super::Next::Again,
+            _ => super::Next::Sleep,
+        })
+    })
+    .await;
 }
