@@ -6,9 +6,11 @@ mod dlq;
 mod ephemeral;
 mod fill_wait;
 mod gauges;
+mod groups;
 mod kv;
 mod kv_browse;
 mod locks;
+mod pop;
 mod push;
 mod reads;
 mod retention;
@@ -24,12 +26,10 @@ use std::time::Duration;
 
 use crate::db::Pool;
 use tokio::sync::watch;
-use tokio::time::Instant;
 use tokio_postgres::types::ToSql;
 
 use crate::ack::AckBatcher;
 use crate::batch::{BatchKind, BatchSizes, BatchStats};
-use crate::dlq::DlqQuery;
 use crate::ephemeral::Ephemeral;
 use crate::groups::SubscriptionMode;
 use crate::kv::read::GetBatcher;
@@ -37,7 +37,6 @@ use crate::kv::write::WriteBatcher;
 use crate::maintenance::retention::RetentionStats;
 use crate::notifier::{self, Announcer, Waiters};
 use crate::pop::PopBatcher;
-use crate::pop::PopRequest;
 use crate::push::PushBatcher;
 use crate::sealing::{EncryptionKey, SealedQueues};
 use crate::timers::TimerStats;
@@ -618,145 +617,9 @@ impl Engine {
         Ok(answer)
     }
 
-    /// One pop attempt; `None` when nothing is deliverable now.
-    pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
-        let defaulted = req.with_default_subscription(self.options.default_subscription_mode);
-        let req = defaulted.as_ref().unwrap_or(req);
-        let key_id = self.encryption_key().map(EncryptionKey::id);
-        let answer = if req.is_by_tag() {
-            // A pop by namespace/task names tags where a queue pop names its
-            // queue and partition; the rest of the call is the same.
-            self.call(
-                "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
-                &[
-                    &req.namespace,
-                    &req.task,
-                    &req.consumer_group,
-                    &req.batch,
-                    &req.partitions,
-                    &req.lease_seconds,
-                    &req.auto_ack,
-                    &req.subscription_mode,
-                    &req.subscription_from,
-                    &key_id,
-                ],
-            )
-            .await?
-        } else {
-            let text = match &self.pop_batcher {
-                Some(batcher) => batcher.call(req.clone()).await?,
-                None => crate::pop::pop_call(&self.pool, req, key_id).await?,
-            };
-            // The answer may carry payloads sealed at rest.
-            text.map(|t| self.open_sealed(t)).transpose()?
-        };
-        let answer = answer.map(Json);
-        if answer.is_some() {
-            self.traffic_ref().popped();
-        }
-        Ok(answer)
-    }
-
-    /// Long poll: pops until a message is delivered, `timeout` passes, or the
-    /// engine shuts down. Woken by push notifications, with polling as the
-    /// fallback.
-    pub async fn pop_wait(&self, req: &PopRequest, timeout: Duration) -> Result<Option<Json>, EngineError> {
-        let deadline = Instant::now() + timeout;
-        // The queue's minPopWaitTime: an under-full batch may wait to fill.
-        self.fill_wait(req, deadline).await?;
-        let handle = self.waiters.handle(req.waiter_key());
-        let mut shutdown = self.shutdown.subscribe();
-        let result = loop {
-            let notified = handle.notified();
-            tokio::pin!(notified);
-            // Registered before the attempt, so a push between the attempt
-            // and the wait is not missed.
-            notified.as_mut().enable();
-            // An unreachable database does not end the wait: the poll keeps
-            // trying until its deadline and answers 503 only if the database
-            // is still gone then. Any other error ends it at once.
-            let unavailable = match self.pop(req).await {
-                Ok(Some(found)) => break Ok(Some(found)),
-                Ok(None) => None,
-                Err(
-                    e
-                    @ (EngineError::Unavailable(_) | EngineError::Conflict(_) | EngineError::Timeout { .. }),
-                ) => Some(e),
-                Err(e) => break Err(e),
-            };
-            let now = Instant::now();
-            if now >= deadline || *shutdown.borrow() {
-                break unavailable.map_or(Ok(None), Err);
-            }
-            let nap = (deadline - now).min(self.options.poll_interval);
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep(nap) => {}
-                _ = shutdown.changed() => break Ok(None),
-            }
-        };
-        self.waiters.release(req.waiter_key(), handle);
-        result
-    }
-
-    /// Extends every partition lease held under `lease_id`.
-    pub async fn extend_lease(&self, lease_id: &str, seconds: i32) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.extend_lease($1, $2)::text", &[&lease_id, &seconds]).await
-    }
-
-    /// Lists dead letters.
-    pub async fn dlq(&self, q: &DlqQuery) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.dlq_list($1, $2, $3, $4, $5, $6, $7)::text",
-            &[&q.queue, &q.consumer_group, &q.partition, &q.from, &q.to, &q.limit, &q.offset],
-        )
-        .await
-    }
-
     /// Deletes a queue with its partitions, messages, cursors and dead letters.
     pub async fn delete_queue(&self, queue: &str) -> Result<Json, EngineError> {
         self.call_json("SELECT queen.delete_queue($1)::text", &[&queue]).await
-    }
-
-    /// Deletes a group's cursors (on one queue or all), optionally its registration.
-    pub async fn delete_consumer_group(
-        &self,
-        group: &str,
-        queue: Option<&str>,
-        delete_metadata: bool,
-    ) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.delete_consumer_group($1, $2, $3)::text",
-            &[&group, &queue, &delete_metadata],
-        )
-        .await
-    }
-
-    /// Sets the start position for lanes the group has not seen yet.
-    pub async fn update_subscription(
-        &self,
-        group: &str,
-        timestamp: Option<&str>,
-    ) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.update_subscription($1, $2)::text", &[&group, &timestamp]).await
-    }
-
-    /// Moves a group's cursors on a queue, or on one `partition` of it, to
-    /// the end or to a timestamp. One SQL function serves both routes so
-    /// their rules cannot drift; a named partition the queue lacks is a 404.
-    pub async fn seek(
-        &self,
-        group: &str,
-        queue: &str,
-        partition: Option<&str>,
-        to_end: bool,
-        timestamp: Option<&str>,
-    ) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.seek($1, $2, $3, $4, $5)::text",
-            &[&group, &queue, &to_end, &timestamp, &partition],
-        )
-        .await
     }
 
     /// Wakes every long poll (they answer empty) and stops the listener.

@@ -1,0 +1,57 @@
+//! `Engine`'s consumer-group calls: dead letters listed, groups deleted,
+//! subscriptions moved, cursors sought.
+
+use crate::dlq::DlqQuery;
+use crate::{Engine, EngineError, Json};
+
+impl Engine {
+    /// Lists dead letters.
+    pub async fn dlq(&self, q: &DlqQuery) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.dlq_list($1, $2, $3, $4, $5, $6, $7)::text",
+            &[&q.queue, &q.consumer_group, &q.partition, &q.from, &q.to, &q.limit, &q.offset],
+        )
+        .await
+    }
+
+    /// Deletes a group's cursors (on one queue or all), optionally its registration.
+    pub async fn delete_consumer_group(
+        &self,
+        group: &str,
+        queue: Option<&str>,
+        delete_metadata: bool,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.delete_consumer_group($1, $2, $3)::text",
+            &[&group, &queue, &delete_metadata],
+        )
+        .await
+    }
+
+    /// Sets the start position for lanes the group has not seen yet.
+    pub async fn update_subscription(
+        &self,
+        group: &str,
+        timestamp: Option<&str>,
+    ) -> Result<Json, EngineError> {
+        self.call_json("SELECT queen.update_subscription($1, $2)::text", &[&group, &timestamp]).await
+    }
+
+    /// Moves a group's cursors on a queue, or on one `partition` of it, to
+    /// the end or to a timestamp. One SQL function serves both routes so
+    /// their rules cannot drift; a named partition the queue lacks is a 404.
+    pub async fn seek(
+        &self,
+        group: &str,
+        queue: &str,
+        partition: Option<&str>,
+        to_end: bool,
+        timestamp: Option<&str>,
+    ) -> Result<Json, EngineError> {
+        self.call_json(
+            "SELECT queen.seek($1, $2, $3, $4, $5)::text",
+            &[&group, &queue, &to_end, &timestamp, &partition],
+        )
+        .await
+    }
+}
