@@ -105,7 +105,7 @@ pub struct EngineOptions {
     pub retention_sweep_interval: Option<Duration>,
     /// Messages the retention sweeper deletes per partition and statement.
     pub retention_sweep_batch: i32,
-    /// How often the queue gauges are brought up to date (gauges.rs); a
+    /// How often the queue gauges are brought up to date (maintenance/gauges.rs); a
     /// queue's gauge is counted at most this often. `None` disables it here.
     pub queue_gauge_interval: Option<Duration>,
     /// Partitions from which a queue's operator counts come from its gauge

@@ -1,5 +1,5 @@
 //! KV state. Every call, HTTP or embedded, is decoded and checked once by
-//! `kv_decode`; a call of one op then runs one typed statement
+//! `kv::decode`; a call of one op then runs one typed statement
 //! (`sql/statements/kv_*.sql`), shared with concurrent one-op calls by the
 //! get and write batchers (`batch.rs`); a call of several runs
 //! `queen.kv_apply`, which applies them in one transaction in a
