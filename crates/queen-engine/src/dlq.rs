@@ -2,6 +2,7 @@
 //! (claim, push as `dlq:<record id>`, remove) is `queen.dlq_replay`
 //! (sql/functions/0006_groups.sql), which the retry route runs too.
 
+pub use queen_wire::{DlqQuery, ReplayTarget};
 use serde_json::value::RawValue;
 
 use crate::wire::{self, Kind};
@@ -9,16 +10,6 @@ use crate::EngineError;
 
 /// Names longer than this are refused, as a push refuses them.
 const MAX_NAME_CHARS: usize = 255;
-
-/// Where a replayed dead letter goes: its own lane unless a queue or a
-/// partition is named (the partition defaults to the record's own name).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ReplayTarget {
-    /// Destination queue (created by the push if missing).
-    pub queue: Option<String>,
-    /// Destination partition (created by the push if missing).
-    pub partition: Option<String>,
-}
 
 /// Decodes the optional body of `POST /api/v1/dlq/:id/replay`,
 /// `{queue?, partition?}`; an empty body replays in place.
@@ -52,25 +43,6 @@ pub fn parse_dlq_id(raw: &str) -> Result<i64, EngineError> {
         .ok()
         .filter(|id| *id > 0)
         .ok_or_else(|| wire::bad_request("id", "must be a positive integer (a dlqId of GET /api/v1/dlq)"))
-}
-
-/// Filters of the DLQ listing.
-#[derive(Debug, Clone, Default)]
-pub struct DlqQuery {
-    /// Queue name.
-    pub queue: Option<String>,
-    /// Consumer group.
-    pub consumer_group: Option<String>,
-    /// Partition name.
-    pub partition: Option<String>,
-    /// Failed at or after (ISO).
-    pub from: Option<String>,
-    /// Failed at or before (ISO).
-    pub to: Option<String>,
-    /// Page size.
-    pub limit: i32,
-    /// Rows to skip.
-    pub offset: i32,
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@
 //! This is the one place where broker memory holds messages; nothing else
 //! in the engine may.
 
+pub use queen_wire::EphemeralPop;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -406,23 +407,6 @@ pub(crate) fn trim(q: &mut Queue) -> u64 {
 
 pub(crate) fn group_name(group: Option<&str>) -> &str {
     group.filter(|g| !g.is_empty()).unwrap_or(crate::QUEUE_MODE)
-}
-
-/// A pop request.
-#[derive(Debug, Clone)]
-pub struct EphemeralPop {
-    /// The queue.
-    pub queue: String,
-    /// Only this partition (all, in name order, otherwise).
-    pub partition: Option<String>,
-    /// The group (queue mode otherwise).
-    pub group: Option<String>,
-    /// At most this many messages.
-    pub batch: usize,
-    /// Commit at delivery: no lease, nothing to ack.
-    pub auto_ack: bool,
-    /// Long-poll up to this long (`None`: answer at once).
-    pub wait: Option<Duration>,
 }
 
 /// `{queue, messages}`; `messages` is the elements' JSON, joined, kept as built.

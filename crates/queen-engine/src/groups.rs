@@ -1,8 +1,7 @@
 //! Consumer groups: queue mode, the streams runners' groups, and where a new
 //! group starts reading.
 
-/// The consumer group name of queue mode: one more cursor per partition.
-pub const QUEUE_MODE: &str = "__QUEUE_MODE__";
+pub use queen_wire::QUEUE_MODE;
 
 /// The consumer groups of streams runners: `streams.<query id>`.
 pub const STREAMS_GROUP_PREFIX: &str = "streams.";

@@ -76,18 +76,4 @@ pub use timers::{
 };
 pub use transaction::{decode_bundle, Bundle};
 
-/// A JSON document produced by the database, kept as its exact text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Json(pub String);
-
-impl Json {
-    /// The JSON text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// Decodes the document into a typed value.
-    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(&self.0)
-    }
-}
+pub use queen_wire::Json;

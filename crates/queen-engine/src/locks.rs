@@ -4,14 +4,14 @@
 //! transaction bundle is a KV `check`. The call is decoded and checked here;
 //! `sql/functions/0012_locks.sql` picks slots and draws tokens.
 
+pub use queen_wire::{LockHolder, LockOp, LockResult};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::wire::{self, Fields, Kind};
 use crate::EngineError;
 
-/// The namespace that holds the permits.
-pub const LOCKS_NAMESPACE: &str = "queen-locks";
+pub use queen_wire::LOCKS_NAMESPACE;
 const MAX_OPS: usize = 256;
 const MAX_NAME_BYTES: usize = 256;
 const MAX_OWNER_BYTES: usize = 256;
@@ -19,72 +19,15 @@ const MAX_OWNER_BYTES: usize = 256;
 pub const MAX_LIMIT: u32 = 1024;
 const MAX_TTL_SECONDS: u64 = 3_153_600_000;
 
-/// One lock operation. Names are at most 256 bytes, without control
-/// characters and without `#` (which separates a name from its slot).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockOp {
-    /// Take a permit: a lock when `limit` is 1, else one of `limit` slots.
-    /// Acquiring again with the same owner answers the permit it holds.
-    Acquire {
-        /// The lock's name.
-        name: String,
-        /// Lifetime in seconds; a holder that needs longer renews.
-        ttl_seconds: u64,
-        /// Who holds it; minted by the broker when absent.
-        owner: Option<String>,
-        /// Permits of the semaphore (1 for a lock).
-        limit: u32,
-    },
-    /// Extend a permit; answers a new token.
-    Renew {
-        /// The lock's name.
-        name: String,
-        /// The token of the last acquire or renew.
-        token: i64,
-        /// New lifetime in seconds, from now.
-        ttl_seconds: u64,
-        /// The permit's slot, when known.
-        slot: Option<u32>,
-        /// The holder; with it, a renew sent again with an older token still renews.
-        owner: Option<String>,
-    },
-    /// Give a permit back.
-    Release {
-        /// The lock's name.
-        name: String,
-        /// The permit's current token.
-        token: i64,
-        /// The permit's slot, when known.
-        slot: Option<u32>,
-    },
-    /// Who holds it.
-    Get {
-        /// The lock's name.
-        name: String,
-    },
+/// The engine's rules on a lock op (the op itself is wire data).
+pub(crate) trait CheckedLockOp {
+    /// The rules every caller's op must meet, HTTP or embedded.
+    fn check(&self, f: &str) -> Result<(), EngineError>;
 }
 
-impl LockOp {
-    fn op_name(&self) -> &'static str {
-        match self {
-            LockOp::Acquire { .. } => "acquire",
-            LockOp::Renew { .. } => "renew",
-            LockOp::Release { .. } => "release",
-            LockOp::Get { .. } => "get",
-        }
-    }
-
-    fn name(&self) -> &str {
-        match self {
-            LockOp::Acquire { name, .. }
-            | LockOp::Renew { name, .. }
-            | LockOp::Release { name, .. }
-            | LockOp::Get { name } => name,
-        }
-    }
-
+impl CheckedLockOp for LockOp {
     /// The rules every caller's op must meet, HTTP or embedded.
-    pub(crate) fn check(&self, f: &str) -> Result<(), EngineError> {
+    fn check(&self, f: &str) -> Result<(), EngineError> {
         check_name(self.name(), f)?;
         let ttl_ok = |ttl: u64| (1..=MAX_TTL_SECONDS).contains(&ttl);
         match self {
@@ -289,60 +232,6 @@ fn slot(fields: &Fields<'_>, f: &str) -> Result<Option<u32>, EngineError> {
         Ok(Some(s)) => u32::try_from(s).map(Some).map_err(|_| bad()),
         Err(()) => Err(bad()),
     }
-}
-
-/// One holder of a permit, as `get` and refusals list them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LockHolder {
-    /// The permit's slot (0 for a lock).
-    pub slot: u32,
-    /// Who holds it.
-    pub owner: String,
-    /// The permit's token (its KV version).
-    pub token: i64,
-    /// When this holder took it.
-    pub since: Option<String>,
-    /// When it lapses unless renewed.
-    pub expires_at: Option<String>,
-    /// When it was last acquired or renewed.
-    pub renewed_at: Option<String>,
-}
-
-/// The answer to one lock operation; which fields are set depends on the op.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LockResult {
-    /// Position of the op in the call.
-    pub index: usize,
-    /// The op's name.
-    pub op: String,
-    /// The lock's name.
-    pub name: String,
-    /// acquire: the verdict.
-    pub acquired: Option<bool>,
-    /// renew: the verdict.
-    pub renewed: Option<bool>,
-    /// release: the verdict.
-    pub released: Option<bool>,
-    /// get: whether anybody holds it.
-    pub held: Option<bool>,
-    /// acquire: the owner already held this permit.
-    pub already: Option<bool>,
-    /// Why an op did not apply: `held`, `contended` or `lost`.
-    pub reason: Option<String>,
-    /// The permit's slot.
-    pub slot: Option<u32>,
-    /// The permit's token after the op.
-    pub token: Option<i64>,
-    /// The permit's owner.
-    pub owner: Option<String>,
-    /// When the permit lapses unless renewed.
-    pub expires_at: Option<String>,
-    /// The KV check op that guards a transaction bundle with this permit.
-    pub guard: Option<Box<RawValue>>,
-    /// Who holds it (get, and refusals).
-    pub holders: Option<Vec<LockHolder>>,
 }
 
 #[derive(Deserialize)]

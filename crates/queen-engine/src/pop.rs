@@ -10,66 +10,32 @@ use crate::db::Pool;
 use crate::groups::{SubscriptionMode, QUEUE_MODE, STREAMS_GROUP_PREFIX};
 use crate::notifier;
 use crate::EngineError;
+pub use queen_wire::PopRequest;
 
-/// One pop call, as the query string of the pop routes describes it.
-#[derive(Debug, Clone, Default)]
-pub struct PopRequest {
-    /// The queue to pop from.
-    pub queue: String,
-    /// Only this partition, or any free partition when `None`.
-    pub partition: Option<String>,
-    /// The consumer group; `None` is queue mode.
-    pub consumer_group: Option<String>,
-    /// The message budget of the whole call (a global cap).
-    pub batch: i32,
-    /// How many partitions the call may claim.
-    pub partitions: i32,
-    /// Overrides the queue's lease time for this pop.
-    pub lease_seconds: Option<i32>,
-    /// Commit the cursor at delivery instead of leasing.
-    pub auto_ack: bool,
-    /// Start position of a group that registers with this pop.
-    pub subscription_mode: Option<String>,
-    /// `now` or an ISO timestamp, for a group that registers with this pop.
-    pub subscription_from: Option<String>,
-    /// With `queue` empty: pop from the queues carrying this namespace
-    /// (and `task`, when given), higher priority first.
-    pub namespace: Option<String>,
-    /// With `queue` empty: pop from the queues carrying this task.
-    pub task: Option<String>,
+/// A pop with the broker's default start filled in, when it names a
+/// consumer group but neither a mode nor a start: the start of a group is
+/// fixed by its first pop, so the default applies there only (the SQL
+/// ignores it for a registered group). `None`: use the pop as it is.
+///
+/// A streams runner's group (`streams.<query>`) starts at the oldest message
+/// whatever the default: its runner sends no mode and its users push before
+/// they run (README, "Upgrading from Queen 1.x").
+pub(crate) fn with_default_subscription(req: &PopRequest, default: SubscriptionMode) -> Option<PopRequest> {
+    let unset = |v: &Option<String>| v.as_deref().is_none_or(str::is_empty);
+    let group = req.consumer_group.as_deref().filter(|g| *g != QUEUE_MODE)?;
+    if !unset(&req.subscription_mode) || !unset(&req.subscription_from) {
+        return None;
+    }
+    let mode = if group.starts_with(STREAMS_GROUP_PREFIX) { SubscriptionMode::All } else { default };
+    Some(PopRequest { subscription_mode: Some(mode.as_str().to_owned()), ..req.clone() })
 }
 
-impl PopRequest {
-    /// A pop across the queues of a namespace and/or task, not one queue.
-    pub fn is_by_tag(&self) -> bool {
-        self.queue.is_empty()
-    }
-
-    /// This pop with the broker's default start filled in, when it names a
-    /// consumer group but neither a mode nor a start: the start of a group
-    /// is fixed by its first pop, so the default applies there only (the
-    /// SQL ignores it for a registered group). `None`: use the pop as it is.
-    ///
-    /// A streams runner's group (`streams.<query>`) starts at the oldest
-    /// message whatever the default: its runner sends no mode and its users
-    /// push before they run (README, "Upgrading from Queen 1.x").
-    pub(crate) fn with_default_subscription(&self, default: SubscriptionMode) -> Option<PopRequest> {
-        let unset = |v: &Option<String>| v.as_deref().is_none_or(str::is_empty);
-        let group = self.consumer_group.as_deref().filter(|g| *g != QUEUE_MODE)?;
-        if !unset(&self.subscription_mode) || !unset(&self.subscription_from) {
-            return None;
-        }
-        let mode = if group.starts_with(STREAMS_GROUP_PREFIX) { SubscriptionMode::All } else { default };
-        Some(PopRequest { subscription_mode: Some(mode.as_str().to_owned()), ..self.clone() })
-    }
-
-    /// The long-poll waiters this pop waits with.
-    pub(crate) fn waiter_key(&self) -> &str {
-        if self.is_by_tag() {
-            notifier::ANY_QUEUE
-        } else {
-            &self.queue
-        }
+/// The long-poll waiters a pop waits with.
+pub(crate) fn waiter_key(req: &PopRequest) -> &str {
+    if req.is_by_tag() {
+        notifier::ANY_QUEUE
+    } else {
+        &req.queue
     }
 }
 

@@ -4,6 +4,7 @@
 //! offsets cost the push path nothing. Reads take no lease and move no
 //! cursor. The call is checked here; `sql/functions/0013_reads.sql` reads.
 
+pub use queen_wire::{FetchEntry, Fetched, FetchedRecord};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -23,19 +24,6 @@ pub(crate) const MAX_CALL_BYTES: i64 = 64 * 1024 * 1024;
 pub(crate) const MAX_RECORDS: i32 = 1000;
 /// Partitions per page of partitions/changed, at most (and by default).
 pub const MAX_CHANGED_PAGE: i32 = 1000;
-
-/// One partition to read from `offset` on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchEntry {
-    /// The queue.
-    pub queue: String,
-    /// The partition (`Default` when the wire leaves it out).
-    pub partition: String,
-    /// The first offset to read.
-    pub offset: i64,
-    /// Byte budget of this entry's records (payload text and transaction id).
-    pub max_bytes: Option<i64>,
-}
 
 /// One page request of partitions/changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,34 +158,6 @@ fn starts_with_a_date(s: &str) -> bool {
             .iter()
             .enumerate()
             .all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
-}
-
-/// One record read by offset.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FetchedRecord {
-    /// Its offset in the partition.
-    pub offset: i64,
-    /// The transaction id it was pushed with.
-    pub transaction_id: String,
-    /// The payload, as pushed.
-    pub payload: Box<RawValue>,
-    /// When it was pushed.
-    pub ts: String,
-}
-
-/// What one fetch entry read.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Fetched {
-    /// The next offset the partition will assign.
-    pub high_watermark: i64,
-    /// The oldest offset still kept.
-    pub log_start_offset: i64,
-    /// Records from the asked offset on, in offset order.
-    pub records: Vec<FetchedRecord>,
-    /// `OFFSET_OUT_OF_RANGE` or `UNKNOWN_TOPIC_OR_PARTITION`.
-    pub error: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -5,6 +5,7 @@
 //! sweeper (`Engine::fire_due_timers`, run by every broker) fires a due
 //! timer as one message in the transaction that deletes its row.
 
+pub use queen_wire::TimerResult;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -315,26 +316,6 @@ impl TimerColumns {
     pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 7] {
         [&self.ops, &self.queues, &self.keys, &self.partitions, &self.payloads, &self.delays, &self.txns]
     }
-}
-
-/// The answer to one timer op.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TimerResult {
-    /// Whether the op applied.
-    pub ok: bool,
-    /// `scheduled`, `rescheduled`, `cancelled`, `absent` or `too_late`.
-    pub status: String,
-    /// The timer's queue.
-    pub queue: Option<String>,
-    /// The timer's key.
-    pub timer_key: Option<String>,
-    /// The fired message's transactionId.
-    pub txn: Option<String>,
-    /// The id the fired message will have.
-    pub message_id: Option<String>,
-    /// When it fires (fixed-width UTC).
-    pub deliver_at: Option<String>,
 }
 
 #[derive(Deserialize)]

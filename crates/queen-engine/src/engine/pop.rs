@@ -11,7 +11,7 @@ use crate::{Engine, EngineError, Json};
 impl Engine {
     /// One pop attempt; `None` when nothing is deliverable now.
     pub async fn pop(&self, req: &PopRequest) -> Result<Option<Json>, EngineError> {
-        let defaulted = req.with_default_subscription(self.options.default_subscription_mode);
+        let defaulted = crate::pop::with_default_subscription(req, self.options.default_subscription_mode);
         let req = defaulted.as_ref().unwrap_or(req);
         let key_id = self.encryption_key().map(EncryptionKey::id);
         let answer = if req.is_by_tag() {
@@ -55,7 +55,7 @@ impl Engine {
         let deadline = Instant::now() + timeout;
         // The queue's minPopWaitTime: an under-full batch may wait to fill.
         self.fill_wait(req, deadline).await?;
-        let handle = self.waiters.handle(req.waiter_key());
+        let handle = self.waiters.handle(crate::pop::waiter_key(req));
         let mut shutdown = self.shutdown.subscribe();
         let result = loop {
             let notified = handle.notified();
@@ -86,7 +86,7 @@ impl Engine {
                 _ = shutdown.changed() => break Ok(None),
             }
         };
-        self.waiters.release(req.waiter_key(), handle);
+        self.waiters.release(crate::pop::waiter_key(req), handle);
         result
     }
 

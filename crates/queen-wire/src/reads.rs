@@ -1,0 +1,45 @@
+//! Reads by offset.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// One partition to read from `offset` on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchEntry {
+    /// The queue.
+    pub queue: String,
+    /// The partition (`Default` when the wire leaves it out).
+    pub partition: String,
+    /// The first offset to read.
+    pub offset: i64,
+    /// Byte budget of this entry's records (payload text and transaction id).
+    pub max_bytes: Option<i64>,
+}
+
+/// One record read by offset.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchedRecord {
+    /// Its offset in the partition.
+    pub offset: i64,
+    /// The transaction id it was pushed with.
+    pub transaction_id: String,
+    /// The payload, as pushed.
+    pub payload: Box<RawValue>,
+    /// When it was pushed.
+    pub ts: String,
+}
+
+/// What one fetch entry read.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fetched {
+    /// The next offset the partition will assign.
+    pub high_watermark: i64,
+    /// The oldest offset still kept.
+    pub log_start_offset: i64,
+    /// Records from the asked offset on, in offset order.
+    pub records: Vec<FetchedRecord>,
+    /// `OFFSET_OUT_OF_RANGE` or `UNKNOWN_TOPIC_OR_PARTITION`.
+    pub error: Option<String>,
+}
