@@ -9,10 +9,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use queen_engine::{DlqQuery, Engine, PopRequest, ReplayTarget};
+#[cfg(feature = "embedded")]
+use queen_engine::Engine;
+use queen_wire::{DlqQuery, PopRequest, ReplayTarget};
 use serde::{Deserialize, Serialize};
 
-use crate::broker::{Broker, EmbeddedBroker};
+use crate::broker::Broker;
+#[cfg(feature = "embedded")]
+use crate::embedded::EmbeddedBroker;
 use crate::error::{Error, Result};
 use crate::http::{HttpBroker, HttpConfig};
 use crate::kv::Kv;
@@ -48,6 +52,7 @@ impl Queen<HttpBroker> {
     }
 }
 
+#[cfg(feature = "embedded")]
 impl Queen<EmbeddedBroker> {
     /// A client of the engine in this process (no HTTP).
     pub fn embedded(engine: Arc<Engine>) -> Self {

@@ -13,7 +13,7 @@ use crate::broker::{Broker, EphemeralVerb};
 use crate::client::Queen;
 use crate::error::{Error, Result};
 
-pub use queen_engine::EphemeralPop;
+pub use queen_wire::EphemeralPop;
 
 /// Options of an ephemeral queue; `None` keeps the broker's default.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]

@@ -60,6 +60,7 @@ pub enum Error {
     /// The embedded engine failed for a reason that has no HTTP shape
     /// (database down, a bug).
     #[error(transparent)]
+    #[cfg(feature = "embedded")]
     Engine(queen_engine::EngineError),
 }
 
@@ -110,6 +111,7 @@ impl Error {
     }
 }
 
+#[cfg(feature = "embedded")]
 impl From<queen_engine::EngineError> for Error {
     fn from(e: queen_engine::EngineError) -> Self {
         match e {

@@ -136,7 +136,7 @@ pub struct PartitionSeeked {
     pub target_timestamp: Option<String>,
 }
 
-fn decode<T: serde::de::DeserializeOwned>(json: &queen_engine::Json, what: &str) -> Result<T> {
+fn decode<T: serde::de::DeserializeOwned>(json: &queen_wire::Json, what: &str) -> Result<T> {
     json.decode().map_err(|e| Error::decode(what, e))
 }
 

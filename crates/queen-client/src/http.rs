@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use queen_engine::{DlqQuery, EphemeralPop, Json, PopRequest, ReplayTarget};
+use queen_wire::{DlqQuery, EphemeralPop, Json, PopRequest, ReplayTarget};
 use reqwest::{Method, Url};
 
 use crate::broker::{Broker, EphemeralVerb, Seek, StreamVerb};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, Stream, TryStreamExt};
-use queen_engine::KvOp;
+use queen_wire::KvOp;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -45,10 +45,10 @@ impl Expiry {
         Expiry::secs(d.as_secs())
     }
 
-    pub(crate) fn engine(self) -> queen_engine::Expiry {
+    pub(crate) fn engine(self) -> queen_wire::Expiry {
         match self {
-            Expiry::Ttl(s) => queen_engine::Expiry::Ttl(s.get()),
-            Expiry::Forever => queen_engine::Expiry::Forever,
+            Expiry::Ttl(s) => queen_wire::Expiry::Ttl(s.get()),
+            Expiry::Forever => queen_wire::Expiry::Forever,
         }
     }
 }
@@ -66,10 +66,10 @@ pub enum Expect {
 }
 
 impl Expect {
-    pub(crate) fn engine(self) -> queen_engine::Expect {
+    pub(crate) fn engine(self) -> queen_wire::Expect {
         match self {
-            Expect::Absent => queen_engine::Expect::Absent,
-            Expect::Version(v) => queen_engine::Expect::Version(v.get()),
+            Expect::Absent => queen_wire::Expect::Absent,
+            Expect::Version(v) => queen_wire::Expect::Version(v.get()),
         }
     }
 
@@ -631,7 +631,7 @@ impl<B: Broker> Kv<B> {
 
     /// Sends `ops` as one call (one PostgreSQL transaction), index-aligned.
     async fn call(&self, ops: &[KvOp]) -> Result<Ran> {
-        let body = format!("{{\"operations\":{}}}", queen_engine::ops_to_wire(ops));
+        let body = format!("{{\"operations\":{}}}", queen_wire::ops_to_wire(ops));
         let json = self.broker.kv(&body).await?;
         let answer: Answer = json.decode().map_err(|e| Error::decode("kv answer", e))?;
         match answer.results {

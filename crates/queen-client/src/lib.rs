@@ -61,6 +61,8 @@ mod broker;
 mod buffer;
 mod client;
 mod consume;
+#[cfg(feature = "embedded")]
+mod embedded;
 mod ephemeral;
 mod error;
 mod groups;
@@ -73,10 +75,12 @@ mod state;
 mod timers;
 mod tx;
 
-pub use broker::{Broker, EmbeddedBroker, EphemeralVerb, Seek, StreamVerb};
+pub use broker::{Broker, EphemeralVerb, Seek, StreamVerb};
 pub use buffer::{Buffer, BufferOptions};
 pub use client::{Pop, Queen, Queue, QueueOptions, Subscription, DEFAULT_STATE_NS};
 pub use consume::{ConsumeStats, Consumer, HandlerError, StopSignal};
+#[cfg(feature = "embedded")]
+pub use embedded::EmbeddedBroker;
 pub use ephemeral::{AckOutcome, EphemeralMessage, EphemeralOptions, EphemeralPop, EphemeralQueue};
 pub use error::{Error, Result};
 pub use groups::{ConsumerGroup, GroupDeleted, GroupPartition, PartitionSeeked, Seeked, SubscriptionUpdated};
@@ -96,4 +100,6 @@ pub use timers::{Delay, PendingTimer, TimerPage, TimerResult, TimerSpec, Timers}
 pub use tx::{Tx, TxKv, TxOutcome, TxQueue, TxResult};
 
 /// Engine types the [`Broker`] trait speaks.
-pub use queen_engine::{DbConfig, DlqQuery, EngineOptions, Json, PopRequest, ReplayTarget};
+#[cfg(feature = "embedded")]
+pub use queen_engine::{DbConfig, EngineOptions};
+pub use queen_wire::{DlqQuery, Json, PopRequest, ReplayTarget};

@@ -9,7 +9,7 @@ use crate::broker::Broker;
 use crate::client::Queen;
 use crate::error::{Error, Result};
 
-pub use queen_engine::{LockHolder, LockOp, LockResult, LOCKS_NAMESPACE};
+pub use queen_wire::{LockHolder, LockOp, LockResult, LOCKS_NAMESPACE};
 
 /// A held permit: the token is its KV version, a fencing token.
 #[derive(Debug, Clone, PartialEq, Eq)]

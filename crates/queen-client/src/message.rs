@@ -6,7 +6,7 @@ use serde_json::value::RawValue;
 use crate::error::{Error, Result};
 
 /// The consumer group name of queue mode (no group).
-pub const QUEUE_MODE: &str = queen_engine::QUEUE_MODE;
+pub const QUEUE_MODE: &str = queen_wire::QUEUE_MODE;
 
 /// Serialises any value to raw JSON text, keeping a [`RawValue`]'s digits.
 pub(crate) fn to_raw<T: Serialize + ?Sized>(value: &T) -> Result<Box<RawValue>> {

@@ -8,7 +8,7 @@ use crate::broker::Broker;
 use crate::client::Queen;
 use crate::error::{Error, Result};
 
-pub use queen_engine::{FetchEntry, Fetched, FetchedRecord};
+pub use queen_wire::{FetchEntry, Fetched, FetchedRecord};
 
 /// One partition of a partitions/changed page.
 #[derive(Debug, Clone, Deserialize)]

@@ -13,7 +13,7 @@ use crate::broker::Broker;
 use crate::client::Queen;
 use crate::error::{Error, Result};
 
-pub use queen_engine::TimerResult;
+pub use queen_wire::TimerResult;
 
 /// When a timer fires: milliseconds from now (negative fires at once).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 
 use std::num::NonZeroU64;
 
-use queen_engine::KvOp;
+use queen_wire::KvOp;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
