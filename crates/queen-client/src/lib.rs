@@ -1,6 +1,7 @@
 //! The Rust SDK of Queen: a typed client over a [`Broker`], which is either
-//! the HTTP API ([`HttpBroker`]) or the engine in this process
-//! ([`EmbeddedBroker`], no HTTP, the same SQL).
+//! the HTTP API ([`HttpBroker`]) or, with the `embedded` feature, the engine
+//! in this process (`EmbeddedBroker`, no HTTP, the same SQL). The request
+//! and answer types are `queen-wire`'s, shared with the engine.
 //!
 //! ```no_run
 //! # async fn demo() -> queen_client::Result<()> {
@@ -41,7 +42,7 @@
 //! modules import each other:
 //!
 //! 1. `error`, then `message`: plain types;
-//! 2. `broker` (the [`Broker`] trait, [`EmbeddedBroker`]), then `http` ([`HttpBroker`]);
+//! 2. `broker` (the [`Broker`] trait), then `http` ([`HttpBroker`]) and `embedded`;
 //! 3. `kv` ([`Kv`], over a broker), then `state` ([`State`], over [`Kv`]);
 //! 4. `client`: the handles [`Queen`], [`Queue`] and [`Pop`];
 //! 5. the features built on the handles: `buffer`, `consume`, `ephemeral`,
