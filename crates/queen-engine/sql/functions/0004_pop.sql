@@ -548,3 +548,112 @@ LANGUAGE sql STABLE AS $$
    WHERE q.name = p_queue AND (p_partition IS NULL OR p.name = p_partition)
      AND (c.lease_id IS NULL OR c.lease_expires_at <= now())
 $$;
+
+-- The entry point of the pop routes: the maintenance switch, then the
+-- operation. A paused pop is simply empty (a paused push is a 503 with
+-- Retry-After, raised by queen.push_rows; clients resend it).
+DROP FUNCTION IF EXISTS queen.pop_api(text, text, text, integer, integer, integer, boolean, text, text);
+-- p_key_id: the fingerprint of this broker's encryption key (NULL: none). An
+-- encrypted queue sealed with another key is refused before anything is
+-- leased or committed, so no pop takes what its broker cannot open.
+CREATE OR REPLACE FUNCTION queen.pop_api(
+  p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
+  p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text, p_key_id text)
+RETURNS json
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_paused boolean;
+  v_mismatch boolean;
+BEGIN
+  -- The pop switch, and the queue's key: a queue that was ever encrypted
+  -- keeps its key id (and may hold sealed payloads after encryption is
+  -- turned off), so it takes its key to pop. One statement for both.
+  SELECT EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused),
+         EXISTS (SELECT 1 FROM queen.queues q WHERE q.name = p_queue AND q.encryption_key_id IS NOT NULL
+                    AND q.encryption_key_id IS DISTINCT FROM p_key_id)
+    INTO v_paused, v_mismatch;
+  IF v_paused THEN
+    RETURN NULL;
+  END IF;
+  IF v_mismatch THEN
+    PERFORM queen.encryption_key_mismatch(p_queue);
+  END IF;
+  RETURN queen.pop(p_queue, p_partition, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
+                   p_sub_mode, p_sub_from);
+END $$;
+
+-- Several queue pops in one statement and one commit (pop.rs): each
+-- member runs queen.pop_api, as it would alone, in arrival order, so members
+-- on one lane see each other as serial pops would (a leased lane gives the
+-- next member nothing; an auto-acked one gives it the following messages).
+-- Answers are index-aligned with the arrays, NULL where a member got
+-- nothing. A member's error (bad input, a key mismatch) fails the
+-- statement, and the engine then runs each member alone.
+--
+-- The commit waits for the flush unless every member only took leases:
+-- queen.pop switches the flush off for the first leasing member (see
+-- there), so the setting this call found is put back when any member
+-- auto-acked or registered a group.
+CREATE OR REPLACE FUNCTION queen.pop_requests(
+  p_queues text[], p_partitions text[], p_groups text[], p_batches integer[], p_partition_counts integer[],
+  p_lease_seconds integer[], p_auto_acks boolean[], p_sub_modes text[], p_sub_froms text[], p_key_id text)
+RETURNS text[]
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  v_answers text[] := '{}';
+  v_flush text := current_setting('synchronous_commit');
+  v_auto_acked boolean := false;
+BEGIN
+  -- The common shape (named lanes, leases, registered groups) in one pass.
+  v_answers := queen.pop_named_batch(p_queues, p_partitions, p_groups, p_batches, p_partition_counts,
+                                     p_lease_seconds, p_auto_acks, p_key_id);
+  IF v_answers IS NOT NULL THEN
+    RETURN v_answers;
+  END IF;
+  v_answers := '{}';
+  FOR i IN 1 .. cardinality(p_queues) LOOP
+    v_answers := v_answers || queen.pop_api(p_queues[i], p_partitions[i], p_groups[i], p_batches[i],
+      p_partition_counts[i], p_lease_seconds[i], p_auto_acks[i], p_sub_modes[i], p_sub_froms[i], p_key_id)::text;
+    v_auto_acked := v_auto_acked OR p_auto_acks[i];
+  END LOOP;
+  IF v_auto_acked OR current_setting('queen.group_registered', true) = 'on' THEN
+    PERFORM set_config('synchronous_commit', v_flush, true);
+  END IF;
+  RETURN v_answers;
+END $$;
+
+-- GET /api/v1/pop?namespace=&task=: a pop from the queues carrying that
+-- namespace and/or task (configure sets them). Higher `priority` first;
+-- among equals a random order, so a busy queue cannot starve its peers.
+-- The first queue that delivers answers (its own pop answer); NULL when
+-- none does. An encrypted queue this broker cannot open is skipped.
+CREATE OR REPLACE FUNCTION queen.pop_matching(
+  p_namespace text, p_task text, p_group text, p_batch integer, p_partitions integer,
+  p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text, p_key_id text)
+RETURNS json
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  r record;
+  v_found json;
+BEGIN
+  IF p_namespace IS NULL AND p_task IS NULL THEN
+    PERFORM queen.bad_request('namespace', 'or task is required');
+  END IF;
+  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused) THEN
+    RETURN NULL;
+  END IF;
+  FOR r IN
+    SELECT q.name FROM queen.queues q
+     WHERE (p_namespace IS NULL OR q.namespace = p_namespace)
+       AND (p_task IS NULL OR q.task = p_task)
+       AND (q.encryption_key_id IS NULL OR q.encryption_key_id IS NOT DISTINCT FROM p_key_id)
+     ORDER BY q.priority DESC, random()
+  LOOP
+    v_found := queen.pop(r.name, NULL, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
+                         p_sub_mode, p_sub_from);
+    IF v_found IS NOT NULL THEN
+      RETURN v_found;
+    END IF;
+  END LOOP;
+  RETURN NULL;
+END $$;
