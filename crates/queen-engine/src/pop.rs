@@ -108,6 +108,38 @@ pub(crate) async fn pop_call(
     Ok(row.try_get(0)?)
 }
 
+/// One `pop_matching` call: a pop by namespace and/or task, which names
+/// tags where a queue pop names its queue and partition. Not batched (it
+/// walks several queues). Payloads may be sealed at rest, as a pop's.
+pub(crate) async fn pop_matching_call(
+    pool: &Pool,
+    r: &PopRequest,
+    key_id: Option<&str>,
+) -> Result<Option<String>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client
+        .prepare_cached("SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text")
+        .await?;
+    let row = client
+        .query_one(
+            &stmt,
+            &[
+                &r.namespace,
+                &r.task,
+                &r.consumer_group,
+                &r.batch,
+                &r.partitions,
+                &r.lease_seconds,
+                &r.auto_ack,
+                &r.subscription_mode,
+                &r.subscription_from,
+                &key_id,
+            ],
+        )
+        .await?;
+    Ok(row.try_get(0)?)
+}
+
 /// Several requests' pops in one statement: one answer per request.
 async fn pop_many(
     pool: &Pool,

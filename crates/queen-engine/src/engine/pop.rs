@@ -14,33 +14,18 @@ impl Engine {
         let defaulted = crate::pop::with_default_subscription(req, self.options.default_subscription_mode);
         let req = defaulted.as_ref().unwrap_or(req);
         let key_id = self.encryption_key().map(EncryptionKey::id);
-        let answer = if req.is_by_tag() {
+        let text = if req.is_by_tag() {
             // A pop by namespace/task names tags where a queue pop names its
             // queue and partition; the rest of the call is the same.
-            self.call(
-                "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text",
-                &[
-                    &req.namespace,
-                    &req.task,
-                    &req.consumer_group,
-                    &req.batch,
-                    &req.partitions,
-                    &req.lease_seconds,
-                    &req.auto_ack,
-                    &req.subscription_mode,
-                    &req.subscription_from,
-                    &key_id,
-                ],
-            )
-            .await?
+            crate::pop::pop_matching_call(self.pool(), req, key_id).await?
         } else {
-            let text = match &self.pop_batcher {
+            match &self.pop_batcher {
                 Some(batcher) => batcher.call(req.clone()).await?,
                 None => crate::pop::pop_call(&self.pool, req, key_id).await?,
-            };
-            // The answer may carry payloads sealed at rest.
-            text.map(|t| self.open_sealed(t)).transpose()?
+            }
         };
+        // The answer may carry payloads sealed at rest.
+        let answer = text.map(|t| self.open_sealed(t)).transpose()?;
         let answer = answer.map(Json);
         if answer.is_some() {
             self.traffic_ref().popped();
