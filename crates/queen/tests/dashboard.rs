@@ -763,6 +763,14 @@ async fn a_large_queue_is_counted_in_the_background_and_its_pages_say_when() {
     let gauge = json_ok(&b, "/api/v1/resources/queues").await;
     let big = gauge["queues"].as_array().unwrap().iter().find(|q| q["name"] == "big").unwrap().clone();
     assert_eq!(big["messages"]["pending"], 7, "{big}");
+    assert!(big["asOf"].is_string(), "the API says the counts are a gauge's: {big}");
+
+    // A gauge no loop has counted for ten minutes is not shown: counted now.
+    client_exec(&b, "UPDATE queen.queue_gauges SET computed_at = now() - interval '11 minutes'").await;
+    b.push("big", "b", &[("b3", json!(3))]).await;
+    let page = get(&b, "/dashboard/queues", None).await;
+    assert_eq!(by_id(&page.body, "q-pending-big"), "8");
+    assert!(!page.body.contains("counted at"), "{}", page.body);
 }
 
 async fn client_exec(b: &TestBroker, statement: &str) {
@@ -802,4 +810,46 @@ async fn kv_key_counts_stay_bounded_on_large_namespaces() {
     assert_eq!(overview["kv"]["estimated"], true, "{overview}");
     let home = get(&b, "/", None).await;
     assert!(by_id(&home.body, "ov-kvKeys").starts_with("≈ "), "{}", home.body);
+}
+
+/// A partition pushed to recently can still hold messages older than
+/// another partition's: the walk must not stop reading a partition because
+/// the page is full, or the messages between are never listed.
+#[tokio::test]
+async fn the_message_list_keeps_messages_between_an_old_and_a_new_push_of_one_partition() {
+    let b = TestBroker::start().await;
+    b.push("gap", "a", &[("a-old", json!(0))]).await;
+    for i in 0..60 {
+        b.push("gap", "b", &[(&format!("b{i:02}"), json!(i))]).await;
+    }
+    b.push("gap", "a", &[("a-new", json!(1))]).await;
+    let rows = b
+        .sql()
+        .await
+        .query(
+            "SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id \
+             JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'gap' \
+             ORDER BY m.created_at DESC, m.partition_id DESC, m.seq DESC",
+            &[],
+        )
+        .await
+        .unwrap();
+    let newest_first: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(newest_first.len(), 62);
+    let mut seen = Vec::new();
+    let mut path = "/dashboard/messages?queue=gap".to_owned();
+    for _ in 0..5 {
+        let page = get(&b, &path, None).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        seen.extend(
+            page.body
+                .split("href=\"/dashboard/messages/")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next()?.split('/').nth(1).map(str::to_owned)),
+        );
+        let Some(link) = page.body.find("older →").map(|end| &page.body[..end]) else { break };
+        let href = link.rsplit("before=").next().and_then(|r| r.split('"').next()).unwrap();
+        path = format!("/dashboard/messages?queue=gap&before={href}");
+    }
+    assert_eq!(seen, newest_first, "every message once, newest first");
 }

@@ -97,8 +97,9 @@ BEGIN
 END $$;
 
 -- One queue's counts as the operator pages show them: its gauge when it has
--- one (a large queue; as_of is when it was counted), else counted now
--- (as_of NULL).
+-- one counted in the last ten minutes (a large queue; as_of is when it was
+-- counted), else counted now (as_of NULL): a gauge no loop keeps up (every
+-- broker's loop off, or stopped) is not shown for ever.
 CREATE OR REPLACE FUNCTION queen.queue_counts(p_queue_id bigint)
 RETURNS TABLE (partitions bigint, total bigint, completed bigint, processing bigint, pending bigint,
                dead_letter bigint, oldest_at timestamptz, groups json, as_of timestamptz)
@@ -106,7 +107,8 @@ LANGUAGE plpgsql STABLE AS $$
 BEGIN
   RETURN QUERY SELECT g.partitions, g.total, g.completed, g.processing, g.pending, g.dead_letter,
                       g.oldest_at, g.groups, g.computed_at
-                 FROM queen.queue_gauges g WHERE g.queue_id = p_queue_id;
+                 FROM queen.queue_gauges g
+                WHERE g.queue_id = p_queue_id AND g.computed_at > now() - interval '10 minutes';
   IF NOT FOUND THEN
     RETURN QUERY SELECT l.partitions, l.total, l.completed, l.processing, l.pending, l.dead_letter,
                         l.oldest_at, l.groups, NULL::timestamptz
@@ -140,7 +142,7 @@ BEGIN
       OR g.computed_at + greatest(p_every, g.took_ms * interval '20 milliseconds') <= now()
    ORDER BY g.computed_at NULLS FIRST, b.queue_id
    LIMIT 1;
-  IF v_queue IS NULL OR NOT pg_try_advisory_xact_lock(hashtext('queen.queue_gauges'), v_queue::integer) THEN
+  IF v_queue IS NULL OR NOT pg_try_advisory_xact_lock(hashtext('queen.queue_gauges'), hashtext(v_queue::text)) THEN
     RETURN false;
   END IF;
   SELECT * INTO c FROM queen.queue_counts_live(v_queue);
@@ -153,6 +155,9 @@ BEGIN
       = (EXCLUDED.partitions, EXCLUDED.total, EXCLUDED.completed, EXCLUDED.processing, EXCLUDED.pending,
          EXCLUDED.dead_letter, EXCLUDED.oldest_at, EXCLUDED.groups, EXCLUDED.took_ms, EXCLUDED.computed_at);
   RETURN true;
+EXCEPTION WHEN foreign_key_violation THEN
+  -- The queue was deleted while it was being counted: nothing to keep.
+  RETURN false;
 END $$;
 
 -- A page of queues by name (p_limit NULL: all of them); the counts are
@@ -165,7 +170,7 @@ LANGUAGE sql STABLE AS $$
            'id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
            'createdAt', queen.iso(q.created_at), 'partitions', s.partitions,
            'messages', json_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing),
-           'options', queen.queue_options(q)) ORDER BY q.name), '[]'::json),
+           'asOf', queen.iso(s.as_of), 'options', queen.queue_options(q)) ORDER BY q.name), '[]'::json),
            'total', (SELECT count(*) FROM queen.queues))
     FROM (SELECT * FROM queen.queues ORDER BY name LIMIT p_limit OFFSET p_offset) q
     CROSS JOIN LATERAL queen.queue_counts(q.id) s
@@ -400,6 +405,9 @@ BEGIN
   IF p_status IS NOT NULL AND p_status NOT IN ('pending', 'processing', 'completed', 'dead_letter') THEN
     PERFORM queen.bad_request('status', 'must be one of pending, processing, completed, dead_letter');
   END IF;
+  IF p_limit IS NULL OR p_limit < 1 THEN
+    PERFORM queen.bad_request('limit', 'must be at least 1');
+  END IF;
   IF p_queue IS NOT NULL THEN
     SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.name = p_queue;
     IF v_queue_id IS NULL THEN
@@ -426,6 +434,9 @@ BEGIN
       EXIT WHEN v_floor IS NOT NULL AND r.last_push_at < v_floor;
       SELECT * INTO v_cursor FROM queen.cursors c
        WHERE c.partition_id = r.id AND c.consumer_group = '__QUEUE_MODE__';
+      -- Newest first; a partition's created_at never decreases with its
+      -- offsets (push_rows stamps greatest(now(), last push)), so once the
+      -- page is full the scan stops at the first message older than its floor.
       FOR m IN
         SELECT mm.created_at, mm.seq,
                CASE WHEN EXISTS (SELECT 1 FROM queen.dead_letters d
@@ -434,14 +445,18 @@ BEGIN
           FROM queen.messages mm
          WHERE mm.partition_id = r.id
            AND (v_at IS NULL OR (mm.created_at, mm.partition_id, mm.seq) < (v_at, v_pid, v_seq))
-           AND (v_floor IS NULL OR mm.created_at >= v_floor)
          ORDER BY mm.seq DESC
       LOOP
+        EXIT WHEN v_floor IS NOT NULL AND m.created_at < v_floor;
         CONTINUE WHEN p_status IS NOT NULL AND m.status <> p_status;
         -- A key that sorts as (created_at, partition id, seq) does.
         v_keys := v_keys || (to_char(m.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
                              || '~' || r.id::text || '~' || lpad(m.seq::text, 19, '0'));
-        EXIT WHEN cardinality(v_keys) >= p_limit AND v_floor IS NULL;
+        IF cardinality(v_keys) >= 2 * p_limit THEN
+          SELECT array_agg(k ORDER BY k DESC) INTO v_keys
+            FROM (SELECT k FROM unnest(v_keys) k ORDER BY k DESC LIMIT p_limit) x;
+          v_floor := split_part(v_keys[p_limit], '~', 1)::timestamptz;
+        END IF;
       END LOOP;
       IF cardinality(v_keys) >= p_limit THEN
         -- Keep the newest p_limit; the oldest of them is the floor.
