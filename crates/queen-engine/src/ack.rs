@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::batch::{
-    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, STALL_AFTER,
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting, STALL_AFTER,
 };
 use crate::db::Pool;
 use serde_json::value::RawValue;
@@ -187,7 +187,7 @@ async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answer
     let cols = AckColumns::of(batch.iter().flat_map(|w| w.request.iter()));
     let outcome = ack_many(&pool, &cols, &requests).await;
     drop(cols);
-    answer_batch(batch, outcome, alone).await
+    answer_batch(batch, outcome, alone, Rerun::SideBySide).await
 }
 
 /// One `ack_rows` call: one request's acks.

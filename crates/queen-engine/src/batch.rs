@@ -415,11 +415,25 @@ pub(crate) async fn answer_batch<Q, A, Fut>(
     batch: Vec<Waiting<Q, A>>,
     outcome: Result<Vec<A>, EngineError>,
     alone: impl Fn(Q) -> Fut,
+    rerun: Rerun,
 ) -> Answered
 where
     Fut: Future<Output = Result<A, EngineError>>,
 {
-    answer_members(batch, outcome.map(|answers| answers.into_iter().map(Ok).collect()), alone).await
+    answer_members(batch, outcome.map(|answers| answers.into_iter().map(Ok).collect()), alone, rerun).await
+}
+
+/// How the members of a batch whose statement failed run again, alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rerun {
+    /// Side by side (a few at once): a member that hangs or fails again
+    /// holds up no other.
+    SideBySide,
+    /// One after another in arrival order, where the batch's statement
+    /// promises that order (pops of one lane see each other as serial pops
+    /// would); after a timeout they still run side by side, as the member
+    /// waiting on a lock would wait again.
+    InArrivalOrder,
 }
 
 /// As [`answer_batch`], for a statement that answers each member on its
@@ -428,6 +442,7 @@ pub(crate) async fn answer_members<Q, A, Fut>(
     batch: Vec<Waiting<Q, A>>,
     outcome: Result<Vec<Result<A, EngineError>>, EngineError>,
     alone: impl Fn(Q) -> Fut,
+    rerun: Rerun,
 ) -> Answered
 where
     Fut: Future<Output = Result<A, EngineError>>,
@@ -462,6 +477,13 @@ where
             for w in batch {
                 w.answer(Err(EngineError::Protocol(m.clone())));
             }
+        }
+        Err(e) if rerun == Rerun::InArrivalOrder && !matches!(e, EngineError::Timeout { .. }) => {
+            tracing::debug!(error = %e, "a batch statement failed; its members run alone, in order");
+            for Waiting { request, reply } in batch {
+                let _ = reply.send(alone(request).await);
+            }
+            return Answered::EachAlone;
         }
         Err(e) => {
             // Rolled back. Each member runs alone, side by side: a member
@@ -586,7 +608,7 @@ mod tests {
         }
         let alone =
             |_: u32| async { Err::<u32, EngineError>(EngineError::Protocol("never run alone".into())) };
-        let answered = answer_members(batch, Ok(vec![Ok(10), Ok(11)]), alone).await;
+        let answered = answer_members(batch, Ok(vec![Ok(10), Ok(11)]), alone, Rerun::SideBySide).await;
         assert_eq!(answered, Answered::Together);
         assert_eq!(replies.remove(0).await.unwrap().unwrap(), 10);
         assert_eq!(replies.remove(0).await.unwrap().unwrap(), 11);
@@ -620,7 +642,7 @@ mod tests {
             }
         };
         let failure = Err(EngineError::Conflict("deadlock detected".into()));
-        let rerun = tokio::spawn(answer_members(batch, failure, alone));
+        let rerun = tokio::spawn(answer_members(batch, failure, alone, Rerun::SideBySide));
         let mut replies = replies.into_iter();
         let (first, second, third) =
             (replies.next().unwrap(), replies.next().unwrap(), replies.next().unwrap());
@@ -634,6 +656,35 @@ mod tests {
         hang.notify_one();
         assert_eq!(first.await.unwrap().unwrap(), 0);
         assert_eq!(rerun.await.unwrap(), Answered::EachAlone);
+    }
+
+    /// Pops promise their members arrival order: after a failure that is
+    /// not a timeout, they run again one after another, in that order.
+    #[tokio::test]
+    async fn a_failed_pop_like_batch_reruns_in_arrival_order() {
+        let (mut replies, mut batch) = (Vec::new(), Vec::new());
+        for n in 0..4u32 {
+            let (reply, rx) = oneshot::channel();
+            batch.push(Waiting { request: n, reply });
+            replies.push(rx);
+        }
+        let order = Arc::new(StdMutex::new(Vec::new()));
+        let seen = order.clone();
+        let alone = move |n: u32| {
+            let seen = seen.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(u64::from(4 - n) * 5)).await;
+                seen.lock().unwrap().push(n);
+                Ok(n)
+            }
+        };
+        let failure = Err(EngineError::Conflict("deadlock detected".into()));
+        let answered = answer_members(batch, failure, alone, Rerun::InArrivalOrder).await;
+        assert_eq!(answered, Answered::EachAlone);
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+        for (n, rx) in (0..).zip(replies) {
+            assert_eq!(rx.await.unwrap().unwrap(), n);
+        }
     }
 
     /// A caller of its own, as a concurrent client would be.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::batch::{
-    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, STALL_AFTER,
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting, STALL_AFTER,
 };
 use crate::db::Pool;
 use crate::groups::{SubscriptionMode, QUEUE_MODE, STREAMS_GROUP_PREFIX};
@@ -77,7 +77,7 @@ async fn run_pops(
     let requests: Vec<&PopRequest> = batch.iter().map(|w| &w.request).collect();
     let outcome = pop_many(&pool, &requests, key_id.as_deref()).await;
     drop(requests);
-    answer_batch(batch, outcome, alone).await
+    answer_batch(batch, outcome, alone, Rerun::InArrivalOrder).await
 }
 
 /// One `pop_api` call: one request's pop.

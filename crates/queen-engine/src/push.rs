@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use crate::batch::{
-    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, MAX_BATCH_BYTES,
-    STALL_AFTER,
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting,
+    MAX_BATCH_BYTES, STALL_AFTER,
 };
 use crate::db::Pool;
 use crate::notifier::Announce;
@@ -351,7 +351,7 @@ async fn run_pushes(pool: Pool, batch: Vec<Waiting<Vec<PushItem>, Json>>, announ
             })
             .collect::<Result<Vec<Json>, EngineError>>()
     });
-    answer_batch(batch, outcome, alone).await
+    answer_batch(batch, outcome, alone, Rerun::SideBySide).await
 }
 
 /// One `push_rows` call; announces the queues that got messages after the

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 
 use crate::batch::{
-    answer_members, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, STALL_AFTER,
+    answer_members, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting,
+    STALL_AFTER,
 };
 use std::time::Duration;
 
@@ -287,7 +288,7 @@ async fn run_bundles(pool: Pool, max_read: i64, batch: Vec<Waiting<Bundle, Json>
     let bundles: Vec<&Bundle> = batch.iter().map(|w| &w.request).collect();
     let outcome = plain_bundles_call(&pool, &bundles, max_read).await;
     drop(bundles);
-    answer_members(batch, outcome, alone).await
+    answer_members(batch, outcome, alone, Rerun::SideBySide).await
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::batch::{
-    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, STALL_AFTER,
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting, STALL_AFTER,
 };
 use crate::db::Pool;
 use crate::kv::get_element;
@@ -40,7 +40,7 @@ async fn run_gets(pool: Pool, max_read: i64, batch: Vec<Waiting<GetKey, String>>
     let keys: Vec<&GetKey> = batch.iter().map(|w| &w.request).collect();
     let outcome = get_many(&pool, &keys, max_read).await;
     drop(keys);
-    answer_batch(batch, outcome, alone).await
+    answer_batch(batch, outcome, alone, Rerun::SideBySide).await
 }
 
 /// The answers of `batch`, index-aligned. Each statement answers at most

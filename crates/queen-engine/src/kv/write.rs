@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::batch::{
-    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Waiting, MAX_BATCH_BYTES,
-    STALL_AFTER,
+    answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting,
+    MAX_BATCH_BYTES, STALL_AFTER,
 };
 use crate::db::Pool;
 use crate::kv::{write_one, Expect, KvColumns, KvOp};
@@ -36,7 +36,7 @@ async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) -> Answered {
     let ops: Vec<&KvOp> = batch.iter().map(|w| &w.request).collect();
     let outcome = write_many(&pool, &ops).await;
     drop(ops);
-    answer_batch(batch, outcome, alone).await
+    answer_batch(batch, outcome, alone, Rerun::SideBySide).await
 }
 
 /// The verdicts of several single-op writes, index-aligned with `ops`.
