@@ -100,6 +100,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0021_operator_pages.sql",
         sql: include_str!("../sql/migrations/0021_operator_pages.sql"),
     },
+    Migration {
+        version: 22,
+        name: "0022_retired_functions.sql",
+        sql: include_str!("../sql/migrations/0022_retired_functions.sql"),
+    },
 ];
 
 /// The SQL functions, one file per area; replaced when their text changes.

@@ -28,7 +28,6 @@ $$;
 -- redeliver at once, never expire. encryptionEnabled is refused by the
 -- engine when the broker has no key (it seals payloads, sealing.rs).
 -- Locks: the queue row (FOR NO KEY UPDATE via UPDATE).
-DROP FUNCTION IF EXISTS queen.configure(json);
 -- p_key_id: the fingerprint of the configuring broker's encryption key; an
 -- encrypted queue keeps its key id until a broker whose current key is
 -- another, and which holds the old one, starts (it moves the id; sealing.rs).

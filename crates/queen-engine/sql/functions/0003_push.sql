@@ -33,14 +33,6 @@
 -- wakes its own long polls after the commit and tells other brokers with
 -- one coalesced notification outside this transaction (`queued` lists the
 -- queues that received a message).
-DROP FUNCTION IF EXISTS queen.push_api(json);
--- The JSON entry point is gone: the engine checks items (push.rs) and passes arrays.
-DROP FUNCTION IF EXISTS queen.push(json);
-DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[]);
-DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[]);
-DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[]);
-DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[], boolean);
-DROP FUNCTION IF EXISTS queen.push_rows(text[], text[], text[], text[], text[], integer[], uuid[], boolean, text[]);
 
 -- Marks the lanes of these partitions ready for every cursor that had
 -- consumed up to `p_from` (the partition's offset before the push), so

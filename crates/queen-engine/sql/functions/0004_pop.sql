@@ -271,7 +271,6 @@ $$;
 -- (ready_lanes.delivered_at, an indexed column) it then moves to the back;
 -- a pop that names its partition leaves that order, and the row, alone.
 -- Called from queen.pop only, whose plan_cache_mode setting it runs under.
-DROP FUNCTION IF EXISTS queen.pop_lane(queen.queues, uuid, text, integer, uuid, integer, boolean);
 CREATE OR REPLACE FUNCTION queen.pop_lane(
   q queen.queues, p_pid uuid, p_group text, p_max integer, p_lease uuid, p_lease_secs integer,
   p_auto_ack boolean, p_walked boolean)
@@ -552,7 +551,6 @@ $$;
 -- The entry point of the pop routes: the maintenance switch, then the
 -- operation. A paused pop is simply empty (a paused push is a 503 with
 -- Retry-After, raised by queen.push_rows; clients resend it).
-DROP FUNCTION IF EXISTS queen.pop_api(text, text, text, integer, integer, integer, boolean, text, text);
 -- p_key_id: the fingerprint of this broker's encryption key (NULL: none). An
 -- encrypted queue sealed with another key is refused before anything is
 -- leased or committed, so no pop takes what its broker cannot open.

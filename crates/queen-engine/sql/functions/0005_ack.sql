@@ -5,9 +5,6 @@
 -- Locks: cursor rows FOR UPDATE, one (partition, group) at a time in
 -- (partition id, group) order, so concurrent batch acks never deadlock.
 
--- The JSON entry point is gone: the engine checks acks (ack.rs) and passes arrays.
-DROP FUNCTION IF EXISTS queen.ack(json, text, text, text);
-
 -- Each item's verdict against its cursor as the caller's snapshot sees it
 -- (the caller holds the cursor locks): unresolvable (no cursor, or the
 -- transaction id is not in the partition), noop (a completion below the
@@ -19,7 +16,6 @@ DROP FUNCTION IF EXISTS queen.ack(json, text, text, text);
 -- A set-returning SQL function of one SELECT, so that it is inlined into
 -- the caller's statement and planned once with it (a SQL function that is
 -- not inlined is planned again at every call).
-DROP FUNCTION IF EXISTS queen.ack_verdicts(text[], uuid[], text[], text[], text[], text);
 CREATE OR REPLACE FUNCTION queen.ack_verdicts(
   p_txids text[], p_pids uuid[], p_statuses text[], p_leases text[], p_groups text[], p_lent_lease text)
 RETURNS TABLE (verdicts text[], seqs bigint[])
@@ -50,7 +46,6 @@ $$;
 -- answer: ack_rows raises it, transaction_requests answers it.
 -- PL/pgSQL: its query is planned once per session (a SQL function with a
 -- FROM cannot be inlined as an expression, and would be planned per call).
-DROP FUNCTION IF EXISTS queen.ack_refusal(text, uuid[], text[], text[]);
 CREATE OR REPLACE FUNCTION queen.ack_refusal(p_tx_id text, p_pids uuid[], p_groups text[], p_verdicts text[])
 RETURNS text
 LANGUAGE plpgsql STABLE AS $$

@@ -220,7 +220,6 @@ END $$;
 -- p_partition .../partitions/:partition/seek: one rule for both. Moves the
 -- cursors the group already has on the queue (or on that one partition) and
 -- clears their leases, so a late ack of a skipped batch is a no-op.
-DROP FUNCTION IF EXISTS queen.seek(text, text, boolean, text);
 CREATE OR REPLACE FUNCTION queen.seek(p_group text, p_queue text, p_to_end boolean, p_timestamp text,
                                       p_partition text DEFAULT NULL)
 RETURNS json

@@ -8,12 +8,6 @@
 -- elements carry "type": "kv", indexes start at `offset` (the flat index
 -- space), and a lost `required` precondition answers the transaction body.
 
--- The JSON entry point and its argument readers are gone: the engine checks
--- every KV call (kv_decode.rs) and passes arrays.
-DROP FUNCTION IF EXISTS queen.kv_batch(json, jsonb);
-DROP FUNCTION IF EXISTS queen.kv_key_arg(json, text);
-DROP FUNCTION IF EXISTS queen.kv_int_arg(json, text, text);
-
 -- The call itself, on checked ops (the engine decodes them, kv_decode.rs):
 -- one element per op in every array. a_keys holds a getMany's keys as a
 -- JSON array; a_limit a getPrefix's page size, already clamped.
@@ -99,7 +93,6 @@ BEGIN
   RETURN json_build_object('results', r);
 END $$;
 
-
 -- The sweeper's step: deletes up to p_batch expired rows, skipping rows a
 -- writer holds. Expired rows are already invisible, so this never changes
 -- what a read sees. Answers the number of rows pruned.
@@ -127,8 +120,6 @@ $$;
 -- No subtransaction: a member's refusal is its answer, not an exception.
 -- The arrays are kv_apply's (one element per member; the read-only ones
 -- are unused here). Answers the verdicts in member order.
-DROP FUNCTION IF EXISTS queen.kv_write_rows(
-  text[], text[], text[], jsonb[], bigint[], boolean[], bigint[], numeric[], numeric[], numeric[]);
 CREATE OR REPLACE FUNCTION queen.kv_write_rows(
   a_op text[], a_ns text[], a_key text[], a_value jsonb[], a_ttl bigint[], a_forever boolean[],
   a_expect bigint[], a_required boolean[], a_delta numeric[], a_min numeric[], a_max numeric[],

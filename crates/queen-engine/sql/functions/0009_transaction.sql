@@ -10,23 +10,6 @@
 -- (by id), then cursors of the acks (by partition id), then KV keys (in byte
 -- order), so overlapping bundles, and a bundle and the timer sweeper (timer
 -- rows, then the partitions it fires into), never deadlock. Any refusal raises QN200 and the whole bundle rolls back.
-DROP FUNCTION IF EXISTS queen.transaction(json, text);
-DROP FUNCTION IF EXISTS queen.transaction(json, text, bigint);
--- Before the `timers` rider.
-DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, integer[], text[], text[], text[],
-  text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
-  bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
-  integer[], boolean[]);
--- Before the producer identities (p_push_subs).
-DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, integer[], text[], text[], text[],
-  text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
-  bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
-  integer[], boolean[], text[], text[], text[], text[], text[], bigint[], text[]);
--- Before the rider's timers carried the caller's sub (t_sub).
-DROP FUNCTION IF EXISTS queen.transaction_rows(text, text, bigint, integer, integer[], text[], text[], text[],
-  text[], text[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[], jsonb[],
-  bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
-  integer[], boolean[], text[], text[], text[], text[], text[], bigint[], text[], text[]);
 -- The elements of a transaction's answer, and the answer: their one writer
 -- (transaction_rows, and transaction_batch's one-pass path). STABLE as
 -- json_build_object is, so that they are inlined.
@@ -153,14 +136,6 @@ END $$;
 -- Per request: its transaction id, lent lease and slot count, and how
 -- many of the flat acks and KV ops are its own (in request order).
 -- Answers one transaction body per request.
-DROP FUNCTION IF EXISTS queen.transaction_requests(text[], text[], bigint, integer[], integer[], integer[],
-  integer[], text[], uuid[], text[], text[], text[], text[],
-  text[], text[], text[], jsonb[], bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[],
-  jsonb[], text[], text[], integer[], boolean[]);
-DROP FUNCTION IF EXISTS queen.transaction_requests(text[], text[], bigint, integer[], integer[], integer[],
-  integer[], integer[], integer[], text[], uuid[], text[], text[], text[], text[], text[], text[], text[],
-  jsonb[], bigint[], boolean[], bigint[], boolean[], numeric[], numeric[], numeric[], jsonb[], text[], text[],
-  integer[], boolean[]);
 CREATE OR REPLACE FUNCTION queen.transaction_batch(
   p_tx_ids text[], p_lent_leases text[], p_max_read_bytes bigint, p_slot_counts integer[],
   p_ack_counts integer[], p_kv_counts integer[],

@@ -162,7 +162,6 @@ END $$;
 
 -- A page of queues by name (p_limit NULL: all of them); the counts are
 -- computed for the page only, and `total` counts every queue.
-DROP FUNCTION IF EXISTS queen.resources_queues();
 CREATE OR REPLACE FUNCTION queen.resources_queues(p_limit integer DEFAULT NULL, p_offset integer DEFAULT 0)
 RETURNS json
 LANGUAGE sql STABLE AS $$
@@ -182,7 +181,6 @@ $$;
 -- lag per consumer group (queue mode included), and `asOf` when the counts
 -- are a large queue's gauge.
 -- p_only: just that queue (the dashboard's queue page), without its partitions.
-DROP FUNCTION IF EXISTS queen.queues_page(text, integer);
 CREATE OR REPLACE FUNCTION queen.queues_page(p_after text, p_limit integer, p_only text DEFAULT NULL) RETURNS json
 LANGUAGE sql STABLE AS $$
   SELECT json_build_object('queues', coalesce(json_agg(json_build_object(
@@ -566,7 +564,6 @@ END $$;
 -- its lane with the transaction id `dlq:<record id>`, that record only.
 -- p_payload as in queen.dlq_replay. The answer keeps the retry's fields
 -- (transactionId is the one addressed) beside the replay's.
-DROP FUNCTION IF EXISTS queen.message_retry(uuid, text);
 CREATE OR REPLACE FUNCTION queen.message_retry(p_partition_id uuid, p_tx text, p_dlq_id bigint,
   p_payload text, OUT result json, OUT queued text[])
 LANGUAGE plpgsql AS $$

@@ -126,7 +126,6 @@ $$;
 -- reads queue mode's (as every other queue-level count here does); a lane
 -- without that cursor owes everything. `depth` (visible now, queue mode)
 -- and the oldest age keep their meaning for existing readers.
-DROP FUNCTION IF EXISTS queen.resources_queue_depth(text);
 CREATE OR REPLACE FUNCTION queen.resources_queue_depth(p_name text, p_group text) RETURNS json
 LANGUAGE plpgsql STABLE AS $$
 DECLARE

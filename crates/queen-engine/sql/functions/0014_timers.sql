@@ -41,7 +41,6 @@ END $$;
 -- txn gets a new promised message id (the same txn keeps its id). p_sub:
 -- the scheduling token's `sub`, which the fired message carries as its
 -- producer_sub (a reschedule takes the rescheduler's).
-DROP FUNCTION IF EXISTS queen.timer_schedule(text, text, text, text, bigint, text);
 CREATE OR REPLACE FUNCTION queen.timer_schedule(
   p_queue text, p_key text, p_partition text, p_payload text, p_delay_ms bigint, p_txn text, p_sub text)
 RETURNS jsonb
@@ -84,7 +83,6 @@ END $$;
 
 -- One timers call (or a transaction's rider): result elements in op order.
 -- p_sub: the caller's `sub` (NULL without JWT auth), set by the engine.
-DROP FUNCTION IF EXISTS queen.timer_apply(text[], text[], text[], text[], text[], bigint[], text[]);
 CREATE OR REPLACE FUNCTION queen.timer_apply(
   p_ops text[], p_queues text[], p_keys text[], p_partitions text[], p_payloads text[],
   p_delays bigint[], p_txns text[], p_sub text DEFAULT NULL)

@@ -100,8 +100,6 @@ $$;
 -- source, read under the source queue's row lock FOR SHARE so a configure
 -- turning encryption on is ordered with this cycle.
 -- p_subs: each emit's producer (the caller's JWT sub), set by the engine.
-DROP FUNCTION IF EXISTS queen.stream_cycle(uuid, uuid, text, text[], text[], text[], text[], text[], text[],
-  text[], text[], boolean, text, text, text, integer, boolean);
 CREATE OR REPLACE FUNCTION queen.stream_cycle(
   p_query uuid, p_partition uuid, p_group text,
   u_keys text[], u_values text[], u_sealed text[], d_keys text[],

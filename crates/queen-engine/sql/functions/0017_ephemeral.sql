@@ -14,7 +14,6 @@
 -- the owner renews it), the owner's URL, the declared options (NULL:
 -- implicit) and the ownership epoch. p_create false only looks (depth,
 -- reset, delete of a queue no one declared do not create it).
-DROP FUNCTION IF EXISTS queen.ephemeral_claim(text, uuid, text, integer, boolean);
 CREATE OR REPLACE FUNCTION queen.ephemeral_claim(
   p_queue text, p_me uuid, p_url text, p_stale_seconds integer, p_create boolean,
   OUT mine boolean, OUT owner_url text, OUT options jsonb, OUT found boolean, OUT owner_epoch bigint)
