@@ -86,26 +86,7 @@ pub(crate) async fn pop_call(
     r: &PopRequest,
     key_id: Option<&str>,
 ) -> Result<Option<String>, EngineError> {
-    let client = pool.get().await?;
-    let stmt = client.prepare_cached(include_str!("../sql/statements/pop.sql")).await?;
-    let row = client
-        .query_one(
-            &stmt,
-            &[
-                &r.queue,
-                &r.partition,
-                &r.consumer_group,
-                &r.batch,
-                &r.partitions,
-                &r.lease_seconds,
-                &r.auto_ack,
-                &r.subscription_mode,
-                &r.subscription_from,
-                &key_id,
-            ],
-        )
-        .await?;
-    Ok(row.try_get(0)?)
+    pop_one(pool, include_str!("../sql/statements/pop.sql"), [&r.queue, &r.partition], r, key_id).await
 }
 
 /// One `pop_matching` call: a pop by namespace and/or task, which names
@@ -116,16 +97,27 @@ pub(crate) async fn pop_matching_call(
     r: &PopRequest,
     key_id: Option<&str>,
 ) -> Result<Option<String>, EngineError> {
+    let sql = "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text";
+    pop_one(pool, sql, [&r.namespace, &r.task], r, key_id).await
+}
+
+/// A lone pop: `sql` takes what it pops from (queue and partition, or
+/// namespace and task), then the rest of the request, then the key id.
+async fn pop_one(
+    pool: &Pool,
+    sql: &'static str,
+    from: [&(dyn tokio_postgres::types::ToSql + Sync); 2],
+    r: &PopRequest,
+    key_id: Option<&str>,
+) -> Result<Option<String>, EngineError> {
     let client = pool.get().await?;
-    let stmt = client
-        .prepare_cached("SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text")
-        .await?;
+    let stmt = client.prepare_cached(sql).await?;
     let row = client
         .query_one(
             &stmt,
             &[
-                &r.namespace,
-                &r.task,
+                from[0],
+                from[1],
                 &r.consumer_group,
                 &r.batch,
                 &r.partitions,
