@@ -829,7 +829,7 @@ impl Spread {
 
 /// Creates partitions p<from>..p<to - 1> of `queue` in one set-based
 /// statement, with a cursor at 0 for every group registered on the queue:
-/// what the first push of each would leave (0003_push.sql's general path),
+/// what the first push of each would leave (push.sql's general path),
 /// at a fraction of the cost, so large queues are quick to set up.
 pub(crate) async fn add_partitions(
     db: &tokio_postgres::Client,

@@ -1,5 +1,5 @@
 //! The operator surface: read models, maintenance switches and the figures
-//! `/metrics` exports; the read models are SQL functions (0010_admin.sql).
+//! `/metrics` exports; the read models are SQL functions (admin.sql).
 
 /// One queue's figures for the metrics exporter.
 #[derive(Debug, Clone)]

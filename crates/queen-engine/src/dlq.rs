@@ -1,6 +1,6 @@
 //! Dead-letter replay and purge: the request checked here, once; the move
 //! (claim, push as `dlq:<record id>`, remove) is `queen.dlq_replay`
-//! (sql/functions/0006_groups.sql), which the retry route runs too.
+//! (sql/functions/dlq.sql), which the retry route runs too.
 
 pub use queen_wire::{DlqQuery, ReplayTarget};
 use serde_json::value::RawValue;

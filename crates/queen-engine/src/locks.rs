@@ -2,7 +2,7 @@
 //! namespace `queen-locks` with key `<name>#<slot>`; its version is the
 //! token, so tokens are fencing tokens and the guard a holder puts in a
 //! transaction bundle is a KV `check`. The call is decoded and checked here;
-//! `sql/functions/0012_locks.sql` picks slots and draws tokens.
+//! `sql/functions/locks.sql` picks slots and draws tokens.
 
 pub use queen_wire::{LockHolder, LockOp, LockResult};
 use serde::Deserialize;

@@ -107,26 +107,30 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-/// The SQL functions, one file per area; replaced when their text changes.
+/// The SQL functions, one file per engine module that calls them (named
+/// after it), in dependency order: a SQL-language function's body is checked
+/// when it is created, so what it calls comes first. Replaced as a whole when
+/// any text changes.
 const FUNCTIONS: &[&str] = &[
-    include_str!("../sql/functions/0001_common.sql"),
-    include_str!("../sql/functions/0002_queues.sql"),
-    include_str!("../sql/functions/0003_push.sql"),
-    include_str!("../sql/functions/0004_pop.sql"),
-    include_str!("../sql/functions/0005_ack.sql"),
-    include_str!("../sql/functions/0006_groups.sql"),
-    include_str!("../sql/functions/0007_kv.sql"),
-    include_str!("../sql/functions/0008_kv_batch.sql"),
-    include_str!("../sql/functions/0009_transaction.sql"),
-    include_str!("../sql/functions/0010_admin.sql"),
-    include_str!("../sql/functions/0011_observe.sql"),
-    include_str!("../sql/functions/0012_locks.sql"),
-    include_str!("../sql/functions/0013_reads.sql"),
-    include_str!("../sql/functions/0014_timers.sql"),
-    include_str!("../sql/functions/0015_retention.sql"),
-    include_str!("../sql/functions/0016_streams.sql"),
-    include_str!("../sql/functions/0017_ephemeral.sql"),
-    include_str!("../sql/functions/0019_reseal.sql"),
+    include_str!("../sql/functions/common.sql"),
+    include_str!("../sql/functions/queues.sql"),
+    include_str!("../sql/functions/push.sql"),
+    include_str!("../sql/functions/pop.sql"),
+    include_str!("../sql/functions/ack.sql"),
+    include_str!("../sql/functions/dlq.sql"),
+    include_str!("../sql/functions/groups.sql"),
+    include_str!("../sql/functions/kv.sql"),
+    include_str!("../sql/functions/kv_write.sql"),
+    include_str!("../sql/functions/transaction.sql"),
+    include_str!("../sql/functions/admin.sql"),
+    include_str!("../sql/functions/admin_status.sql"),
+    include_str!("../sql/functions/locks.sql"),
+    include_str!("../sql/functions/reads.sql"),
+    include_str!("../sql/functions/timers.sql"),
+    include_str!("../sql/functions/retention.sql"),
+    include_str!("../sql/functions/streams.sql"),
+    include_str!("../sql/functions/ephemeral.sql"),
+    include_str!("../sql/functions/sealing.sql"),
 ];
 
 /// A digest of every migration and function file: equal digests mean equal

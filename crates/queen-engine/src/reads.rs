@@ -2,7 +2,7 @@
 //! a time (`POST /api/v1/partitions/changed`). An offset is a message's
 //! `seq`, drawn per partition under the partition lock by every push, so
 //! offsets cost the push path nothing. Reads take no lease and move no
-//! cursor. The call is checked here; `sql/functions/0013_reads.sql` reads.
+//! cursor. The call is checked here; `sql/functions/reads.sql` reads.
 
 pub use queen_wire::{FetchEntry, Fetched, FetchedRecord};
 use serde::Deserialize;

@@ -1,6 +1,6 @@
 //! Streams, the server side of the Queen 2.x stream runtime
 //! (`/streams/v1/queries`, `/streams/v1/state/get`, `/streams/v1/cycle`).
-//! Requests are decoded and checked here; `sql/functions/0016_streams.sql`
+//! Requests are decoded and checked here; `sql/functions/streams.sql`
 //! keeps the registry, the lease fence, the cursor move and the state rows,
 //! and a cycle is one statement: its state ops, the pushes of its emits and
 //! the ack of its source messages commit together or not at all.

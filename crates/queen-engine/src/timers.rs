@@ -1,6 +1,6 @@
 //! Timers (scheduled messages): `POST /api/v1/timers`, the cancel, peek
 //! and list routes, and the `timers` rider of a transaction. The call is
-//! decoded and checked here, once; `sql/functions/0014_timers.sql` keeps
+//! decoded and checked here, once; `sql/functions/timers.sql` keeps
 //! the upsert, the cancel against a concurrent fire, and the fire. The
 //! sweeper (`Engine::fire_due_timers`, run by every broker) fires a due
 //! timer as one message in the transaction that deletes its row.

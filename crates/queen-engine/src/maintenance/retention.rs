@@ -1,7 +1,7 @@
 //! The retention sweeper: queue options `retentionSeconds`,
 //! `completedRetentionSeconds` (with `retentionEnabled`) and
 //! `maxWaitTimeSeconds`. The rules live in `queen.retention_sweep`
-//! (sql/functions/0015_retention.sql); this task only drives it in short,
+//! (sql/functions/retention.sql); this task only drives it in short,
 //! bounded calls and counts what went.
 
 use std::sync::atomic::{AtomicU64, Ordering};

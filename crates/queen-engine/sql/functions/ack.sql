@@ -123,7 +123,11 @@ END $$;
 -- The ack itself, on checked items (the engine decodes them, crates/queen-engine/src/ack.rs):
 -- one element per item; p_groups are resolved (item, call, or queue mode).
 -- p_tx_id set: strict mode (the ack half of a transaction), where any
--- refused item raises QN200 before anything is written.
+-- refused item raises QN200 before anything is written. Three paths, each
+-- its own function: one completion (queen.ack_completion), completions only
+-- (queen.ack_completions, set-based), and nacks among the items
+-- (queen.ack_nacks, cursor by cursor). tests/ack.rs covers each verdict on
+-- every path.
 CREATE OR REPLACE FUNCTION queen.ack_rows(
   p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_leases text[], p_groups text[],
   p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
@@ -131,67 +135,17 @@ RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_n integer;
-  v_res json[];
-  g record;
-  cur record;
-  v_lease text;
   v_verdicts text[];
   v_seqs bigint[];
-  v_verdict text;
-  v_ords integer[];
-  v_min integer;
-  v_max_done bigint;
-  v_next bigint;
-  v_released boolean;
-  v_dlq boolean;
-  v_seq bigint;
-  v_answer json;
   v_refusal text;
-  i integer;
 BEGIN
   v_n := coalesce(array_length(p_txids, 1), 0);
   IF v_n = 0 THEN
     RETURN '[]'::json;
   END IF;
-
-  -- One completed item, the common ack (a lone ack, a once + ack bundle):
-  -- the verdicts of queen.ack_verdicts with three statements instead of a
-  -- join (each statement a function runs pays its executor start-up).
-  -- tests/ack.rs covers each verdict on every path.
   IF v_n = 1 AND p_statuses[1] = 'completed' THEN
-    SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end
-      INTO cur
-      FROM queen.cursors c
-     WHERE c.partition_id = p_pids[1] AND c.consumer_group = p_groups[1]
-       FOR UPDATE OF c;
-    SELECT m.seq INTO v_seq FROM queen.messages m
-     WHERE m.partition_id = p_pids[1] AND m.transaction_id = p_txids[1]
-     ORDER BY m.seq DESC LIMIT 1;
-    v_lease := coalesce(nullif(p_leases[1], ''), p_lent_lease);
-    v_verdict := CASE
-      WHEN cur.next_seq IS NULL OR v_seq IS NULL THEN 'unresolvable'
-      WHEN v_seq < cur.next_seq THEN 'noop'
-      WHEN v_lease IS NOT NULL AND (cur.lease_expires_at IS NULL OR cur.lease_expires_at <= now()
-                                    OR cur.lease_id::text <> lower(v_lease)) THEN 'lease'
-      ELSE 'ok' END;
-    IF p_tx_id IS NOT NULL AND v_verdict <> 'ok' THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200',
-        MESSAGE = queen.ack_refusal(p_tx_id, p_pids, p_groups, ARRAY[v_verdict]);
-    END IF;
-    v_released := false;
-    IF v_verdict = 'ok' THEN
-      v_next := v_seq + 1;
-      v_released := cur.lease_id IS NOT NULL AND v_next >= cur.batch_end;
-      UPDATE queen.cursors SET next_seq = v_next,
-             retry_count = CASE WHEN v_released THEN 0 ELSE retry_count END,
-             lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
-             lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
-             batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END
-       WHERE partition_id = p_pids[1] AND consumer_group = p_groups[1];
-    END IF;
-    RETURN json_build_array(queen.ack_answer(0, p_txids[1], v_verdict, v_released, false));
+    RETURN queen.ack_completion(p_txids[1], p_pids[1], p_leases[1], p_groups[1], p_tx_id, p_lent_lease);
   END IF;
-
   PERFORM queen.lock_cursors(p_pids, p_groups);
   SELECT v.verdicts, v.seqs INTO v_verdicts, v_seqs
     FROM queen.ack_verdicts(p_txids, p_pids, p_statuses, p_leases, p_groups, p_lent_lease) v;
@@ -208,7 +162,82 @@ BEGIN
                                   array_fill(0, ARRAY[v_n])))[1]::json;
   END IF;
 
-  -- Nacks among the items: cursor by cursor, in lock order.
+  RETURN queen.ack_nacks(p_txids, p_pids, p_statuses, p_errors, p_groups, v_verdicts, v_seqs);
+END $$;
+
+-- queen.ack_rows' path for one completed item, the common ack (a lone ack,
+-- a once + ack bundle): the verdicts of queen.ack_verdicts with three
+-- statements instead of a join (each statement a function runs pays its
+-- executor start-up).
+-- Runs under ack_rows' generic plans (its SET reaches what it calls).
+CREATE OR REPLACE FUNCTION queen.ack_completion(
+  p_txid text, p_pid uuid, p_lease text, p_group text, p_tx_id text, p_lent_lease text)
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  cur record;
+  v_seq bigint;
+  v_lease text;
+  v_verdict text;
+  v_next bigint;
+  v_released boolean;
+BEGIN
+  SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end
+    INTO cur
+    FROM queen.cursors c
+   WHERE c.partition_id = p_pid AND c.consumer_group = p_group
+     FOR UPDATE OF c;
+  SELECT m.seq INTO v_seq FROM queen.messages m
+   WHERE m.partition_id = p_pid AND m.transaction_id = p_txid
+   ORDER BY m.seq DESC LIMIT 1;
+  v_lease := coalesce(nullif(p_lease, ''), p_lent_lease);
+  v_verdict := CASE
+    WHEN cur.next_seq IS NULL OR v_seq IS NULL THEN 'unresolvable'
+    WHEN v_seq < cur.next_seq THEN 'noop'
+    WHEN v_lease IS NOT NULL AND (cur.lease_expires_at IS NULL OR cur.lease_expires_at <= now()
+                                  OR cur.lease_id::text <> lower(v_lease)) THEN 'lease'
+    ELSE 'ok' END;
+  IF p_tx_id IS NOT NULL AND v_verdict <> 'ok' THEN
+    RAISE EXCEPTION USING ERRCODE = 'QN200',
+      MESSAGE = queen.ack_refusal(p_tx_id, ARRAY[p_pid], ARRAY[p_group], ARRAY[v_verdict]);
+  END IF;
+  v_released := false;
+  IF v_verdict = 'ok' THEN
+    v_next := v_seq + 1;
+    v_released := cur.lease_id IS NOT NULL AND v_next >= cur.batch_end;
+    UPDATE queen.cursors SET next_seq = v_next,
+           retry_count = CASE WHEN v_released THEN 0 ELSE retry_count END,
+           lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
+           lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
+           batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END
+     WHERE partition_id = p_pid AND consumer_group = p_group;
+  END IF;
+  RETURN json_build_array(queen.ack_answer(0, p_txid, v_verdict, v_released, false));
+END $$;
+
+-- queen.ack_rows' path for items among which are nacks (failed, retry,
+-- dlq): cursor by cursor, in lock order, on the verdicts and offsets
+-- queen.ack_verdicts took (the cursors are locked). The lowest accepted
+-- nack of a cursor clamps it just before that message, else it moves past
+-- the highest completion. Runs under ack_rows' generic plans.
+CREATE OR REPLACE FUNCTION queen.ack_nacks(
+  p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_groups text[],
+  p_verdicts text[], p_seqs bigint[])
+RETURNS json
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_n integer := array_length(p_txids, 1);
+  v_res json[];
+  g record;
+  cur record;
+  v_ords integer[];
+  v_min integer;
+  v_max_done bigint;
+  v_next bigint;
+  v_released boolean;
+  v_dlq boolean;
+  i integer;
+BEGIN
   v_res := array_fill(NULL::json, ARRAY[v_n]);
   FOR g IN
     SELECT u.pid, u.grp, array_agg(u.ord::integer ORDER BY u.ord) AS ords
@@ -227,19 +256,19 @@ BEGIN
     v_min := NULL;
     v_max_done := NULL;
     FOREACH i IN ARRAY g.ords LOOP
-      CONTINUE WHEN v_verdicts[i] <> 'ok';
+      CONTINUE WHEN p_verdicts[i] <> 'ok';
       v_ords := v_ords || i;
-      IF p_statuses[i] <> 'completed' AND (v_min IS NULL OR v_seqs[i] < v_seqs[v_min]) THEN
+      IF p_statuses[i] <> 'completed' AND (v_min IS NULL OR p_seqs[i] < p_seqs[v_min]) THEN
         v_min := i;
       END IF;
-      IF p_statuses[i] = 'completed' AND (v_max_done IS NULL OR v_seqs[i] > v_max_done) THEN
-        v_max_done := v_seqs[i];
+      IF p_statuses[i] = 'completed' AND (v_max_done IS NULL OR p_seqs[i] > v_max_done) THEN
+        v_max_done := p_seqs[i];
       END IF;
     END LOOP;
     v_dlq := false;
     v_released := false;
     IF v_min IS NOT NULL THEN
-      v_next := v_seqs[v_min];
+      v_next := p_seqs[v_min];
       IF p_statuses[v_min] = 'dlq' OR (p_statuses[v_min] = 'failed' AND cur.retry_count >= cur.retry_limit) THEN
         IF cur.dead_letter_queue AND (p_statuses[v_min] = 'dlq' OR cur.dlq_after_max_retries) THEN
           INSERT INTO queen.dead_letters (queue_id, partition_id, consumer_group, seq, message_id,
@@ -274,7 +303,7 @@ BEGIN
        WHERE partition_id = g.pid AND consumer_group = g.grp;
     END IF;
     FOREACH i IN ARRAY g.ords LOOP
-      v_res[i] := queen.ack_answer(i - 1, p_txids[i], v_verdicts[i], v_released, i = v_min AND v_dlq);
+      v_res[i] := queen.ack_answer(i - 1, p_txids[i], p_verdicts[i], v_released, i = v_min AND v_dlq);
     END LOOP;
   END LOOP;
 

@@ -1,6 +1,6 @@
 -- The operator surface: read models over the same tables, maintenance
 -- switches, and the figures /metrics exports. Nothing here is on the hot
--- path (the pop entry points are in 0004_pop.sql).
+-- path (the pop entry points are in pop.sql).
 
 -- 404 with {"error": ...}.
 CREATE OR REPLACE FUNCTION queen.not_found(what text) RETURNS void

@@ -82,8 +82,53 @@ CREATE OR REPLACE FUNCTION queen.push_rows(
   OUT result json, OUT queued text[], OUT ids uuid[], OUT verdicts text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_full text[] := '{}';
-  r record;
+  -- Either path's answer (a call of it is a simple expression: no executor
+  -- start-up).
+  v_path record;
+BEGIN
+  IF coalesce(array_length(v_queues, 1), 0) = 0 THEN
+    IF p_lean THEN
+      ids := '{}';
+      verdicts := '';
+    ELSE
+      result := '[]'::json;
+    END IF;
+    RETURN;
+  END IF;
+  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
+    RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
+      'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
+  END IF;
+
+  -- The common push, every item to one lane, takes the one-lane path
+  -- (queen.push_lane); it declines a lane that does not exist yet or a
+  -- queue with maxSize, which the general path (queen.push_lanes) handles.
+  IF v_queues[1] = ALL (v_queues) AND v_parts[1] = ALL (v_parts) THEN
+    v_path := queen.push_lane(v_queues[1], v_parts[1], p_txids, v_traces, v_payloads, p_ids, p_unsealed_ok, p_subs,
+                              p_new_txids, p_tails, p_lean);
+    IF v_path.handled THEN
+      result := v_path.result; queued := v_path.queued; ids := v_path.ids; verdicts := v_path.verdicts;
+      RETURN;
+    END IF;
+  END IF;
+  v_path := queen.push_lanes(v_queues, v_parts, p_txids, v_traces, v_payloads, p_requests, p_ids, p_unsealed_ok,
+                             p_subs, p_new_txids, p_tails, p_lean);
+  result := v_path.result; queued := v_path.queued; ids := v_path.ids; verdicts := v_path.verdicts;
+END $$;
+
+-- The one-lane path of queen.push_rows: every item to one partition that
+-- exists, of a queue without maxSize. Two statements: lock the partition
+-- (and read its offset), then dedup, insert, bump and mark ready in one.
+-- Declines (handled false, the partition lock kept) a lane that does not
+-- exist or has maxSize. Both paths run under push_rows' generic plans
+-- (its SET reaches the functions it calls), so they carry no SET, whose
+-- save and restore every call would pay.
+CREATE OR REPLACE FUNCTION queen.push_lane(
+  p_queue text, p_part text, p_txids text[], v_traces text[], v_payloads text[], p_ids uuid[],
+  p_unsealed_ok boolean, p_subs text[], p_new_txids text[], p_tails bigint[], p_lean boolean,
+  OUT result json, OUT queued text[], OUT ids uuid[], OUT verdicts text, OUT handled boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
   v_pid uuid;
   v_qid bigint;
   v_fault text;
@@ -92,6 +137,107 @@ DECLARE
   v_next bigint;
   v_clock bigint;
   v_at timestamptz;
+BEGIN
+  handled := false;
+  -- The encryption flag is not read here: this statement's snapshot is
+  -- older than the lock it may wait for (see "Encryption at rest").
+  SELECT p.id, p.queue_id, p.next_seq, greatest(now(), p.last_push_at), p.id_clock, q.dedup_window_seconds,
+         q.max_size
+    INTO v_pid, v_qid, v_next, v_at, v_clock, v_win, v_max_size
+    FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+   WHERE q.name = p_queue AND p.name = p_part
+     FOR NO KEY UPDATE OF p;
+  IF v_pid IS NOT NULL AND v_max_size = 0 THEN
+    v_clock := queen.id_clock_start(v_at, v_clock);
+    WITH items AS (
+      SELECT u.ord, u.txid, u.trace, u.payload, u.ord = u.first_ord AS first,
+             -- A transaction id the engine drew is new: no dedup lookup.
+             CASE WHEN NOT u.drawn AND u.ord = u.first_ord THEN
+               (SELECT m.id FROM queen.messages m
+                 WHERE m.partition_id = v_pid AND m.transaction_id = u.txid
+                   AND m.created_at > now() - make_interval(secs => v_win)
+                 ORDER BY m.seq DESC LIMIT 1) END AS prior
+        FROM (SELECT x.*, min(x.ord) OVER (PARTITION BY x.txid COLLATE "C") AS first_ord
+                FROM (SELECT coalesce(t, p_new_txids[n::integer], queen.uuid_v7()::text) AS txid,
+                             t IS NULL AS drawn, tr AS trace, pl AS payload, n AS ord
+                        FROM unnest(p_txids, v_traces, v_payloads) WITH ORDINALITY x(t, tr, pl, n)) x) u
+    ),
+    decided AS MATERIALIZED (
+      SELECT d.*,
+             CASE WHEN d.is_fresh THEN coalesce(p_ids[d.ord::integer],
+               queen.message_id(v_clock + d.rn, p_tails[d.ord::integer])) END AS new_id
+        FROM (SELECT i.*, i.first AND i.prior IS NULL AS is_fresh,
+                     count(*) FILTER (WHERE i.first AND i.prior IS NULL) OVER (ORDER BY i.ord) - 1 AS rn
+                FROM items i) d
+    ),
+    ins AS (
+      INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at,
+                                  producer_sub)
+      SELECT v_pid, v_next + f.rn, f.new_id, f.txid, f.trace, f.payload::json, v_at, p_subs[f.ord::integer]
+        FROM decided f WHERE f.is_fresh
+    ),
+    -- Data-modifying CTEs always run to completion, read or not.
+    bump AS (
+      UPDATE queen.partitions p
+         SET next_seq = v_next + c.n, last_push_at = v_at, id_clock = v_clock + c.n - 1
+        FROM (SELECT count(*) AS n FROM decided WHERE is_fresh) c
+       WHERE p.id = v_pid AND c.n > 0
+      RETURNING 1
+    ),
+    ready AS (
+      INSERT INTO queen.ready_lanes (partition_id, consumer_group, queue_id, delivered_at)
+      SELECT c.partition_id, c.consumer_group, c.queue_id, c.last_delivered_at
+        FROM queen.cursors c
+       WHERE c.partition_id = v_pid AND c.next_seq >= v_next AND EXISTS (SELECT 1 FROM decided WHERE is_fresh)
+      ON CONFLICT DO NOTHING
+    ),
+    -- A duplicate answers the id of its transaction id's first occurrence
+    -- (in this call, or stored): a window, not a join of two CTEs.
+    answered AS (
+      SELECT d.ord, d.txid, d.is_fresh, d.payload,
+             first_value(coalesce(d.new_id, d.prior)) OVER (PARTITION BY d.txid COLLATE "C" ORDER BY d.ord)
+               AS message_id
+        FROM decided d
+    ),
+    -- The flag as of the partition lock (this statement's snapshot is
+    -- newer than the lock): a configure that turned encryption on has
+    -- committed before we got the lock, or waits for our commit.
+    sealer AS (
+      SELECT CASE WHEN q.encryption_enabled AND NOT p_unsealed_ok THEN q.encryption_key_id END AS k
+        FROM queen.queues q WHERE q.id = v_qid
+    )
+    -- FILTER skips the other answer's arguments, not only its result.
+    SELECT json_agg(json_build_object('index', a.ord - 1, 'message_id', a.message_id,
+             'transaction_id', a.txid, 'queueName', p_queue,
+             'status', CASE WHEN a.is_fresh THEN 'queued' ELSE 'duplicate' END)
+             ORDER BY a.ord) FILTER (WHERE NOT p_lean),
+           CASE WHEN bool_or(a.is_fresh) THEN ARRAY[p_queue] END,
+           array_agg(a.message_id ORDER BY a.ord) FILTER (WHERE p_lean),
+           string_agg(CASE WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord) FILTER (WHERE p_lean),
+           string_agg(DISTINCT CASE WHEN queen.is_sealed(a.payload) THEN 'k' ELSE 'u' END, '')
+             FILTER (WHERE s.k IS NOT NULL AND NOT queen.sealed_with(a.payload, s.k))
+      INTO result, queued, ids, verdicts, v_fault
+      FROM answered a LEFT JOIN sealer s ON true;
+    -- Raising rolls back what this statement wrote.
+    IF strpos(v_fault, 'k') > 0 THEN
+      PERFORM queen.encryption_key_mismatch(p_queue);
+    ELSIF v_fault <> '' THEN
+      PERFORM queen.encryption_changed(ARRAY[p_queue]);
+    END IF;
+    handled := true;
+  END IF;
+END $$;
+
+-- The general path of queen.push_rows: any number of lanes, created on
+-- first push, maxSize judged per request.
+CREATE OR REPLACE FUNCTION queen.push_lanes(
+  v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
+  p_requests integer[], p_ids uuid[], p_unsealed_ok boolean, p_subs text[], p_new_txids text[], p_tails bigint[],
+  p_lean boolean, OUT result json, OUT queued text[], OUT ids uuid[], OUT verdicts text)
+LANGUAGE plpgsql AS $$
+DECLARE
+  v_full text[] := '{}';
+  r record;
   v_key_id text;
   v_unsealed text[];
   v_backlog bigint;
@@ -111,113 +257,6 @@ DECLARE
   l_clock bigint[];
   v_tries integer := 0;
 BEGIN
-  IF coalesce(array_length(v_queues, 1), 0) = 0 THEN
-    IF p_lean THEN
-      ids := '{}';
-      verdicts := '';
-    ELSE
-      result := '[]'::json;
-    END IF;
-    RETURN;
-  END IF;
-  IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
-    RAISE EXCEPTION USING ERRCODE = 'QN503', MESSAGE = json_build_object('error',
-      'push is paused for maintenance; retry later', 'code', 'maintenance')::text;
-  END IF;
-
-  -- The common push: every item goes to one partition that exists, of a
-  -- queue without maxSize. Two statements: lock the partition (and read
-  -- its offset), then dedup, insert, bump and mark ready in one.
-  IF v_queues[1] = ALL (v_queues) AND v_parts[1] = ALL (v_parts) THEN
-    -- The encryption flag is not read here: this statement's snapshot is
-    -- older than the lock it may wait for (see "Encryption at rest").
-    SELECT p.id, p.queue_id, p.next_seq, greatest(now(), p.last_push_at), p.id_clock, q.dedup_window_seconds,
-           q.max_size
-      INTO v_pid, v_qid, v_next, v_at, v_clock, v_win, v_max_size
-      FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
-     WHERE q.name = v_queues[1] AND p.name = v_parts[1]
-       FOR NO KEY UPDATE OF p;
-    IF v_pid IS NOT NULL AND v_max_size = 0 THEN
-      v_clock := queen.id_clock_start(v_at, v_clock);
-      WITH items AS (
-        SELECT u.ord, u.txid, u.trace, u.payload, u.ord = u.first_ord AS first,
-               -- A transaction id the engine drew is new: no dedup lookup.
-               CASE WHEN NOT u.drawn AND u.ord = u.first_ord THEN
-                 (SELECT m.id FROM queen.messages m
-                   WHERE m.partition_id = v_pid AND m.transaction_id = u.txid
-                     AND m.created_at > now() - make_interval(secs => v_win)
-                   ORDER BY m.seq DESC LIMIT 1) END AS prior
-          FROM (SELECT x.*, min(x.ord) OVER (PARTITION BY x.txid COLLATE "C") AS first_ord
-                  FROM (SELECT coalesce(t, p_new_txids[n::integer], queen.uuid_v7()::text) AS txid,
-                               t IS NULL AS drawn, tr AS trace, pl AS payload, n AS ord
-                          FROM unnest(p_txids, v_traces, v_payloads) WITH ORDINALITY x(t, tr, pl, n)) x) u
-      ),
-      decided AS MATERIALIZED (
-        SELECT d.*,
-               CASE WHEN d.is_fresh THEN coalesce(p_ids[d.ord::integer],
-                 queen.message_id(v_clock + d.rn, p_tails[d.ord::integer])) END AS new_id
-          FROM (SELECT i.*, i.first AND i.prior IS NULL AS is_fresh,
-                       count(*) FILTER (WHERE i.first AND i.prior IS NULL) OVER (ORDER BY i.ord) - 1 AS rn
-                  FROM items i) d
-      ),
-      ins AS (
-        INSERT INTO queen.messages (partition_id, seq, id, transaction_id, trace_id, payload, created_at,
-                                    producer_sub)
-        SELECT v_pid, v_next + f.rn, f.new_id, f.txid, f.trace, f.payload::json, v_at, p_subs[f.ord::integer]
-          FROM decided f WHERE f.is_fresh
-      ),
-      -- Data-modifying CTEs always run to completion, read or not.
-      bump AS (
-        UPDATE queen.partitions p
-           SET next_seq = v_next + c.n, last_push_at = v_at, id_clock = v_clock + c.n - 1
-          FROM (SELECT count(*) AS n FROM decided WHERE is_fresh) c
-         WHERE p.id = v_pid AND c.n > 0
-        RETURNING 1
-      ),
-      ready AS (
-        INSERT INTO queen.ready_lanes (partition_id, consumer_group, queue_id, delivered_at)
-        SELECT c.partition_id, c.consumer_group, c.queue_id, c.last_delivered_at
-          FROM queen.cursors c
-         WHERE c.partition_id = v_pid AND c.next_seq >= v_next AND EXISTS (SELECT 1 FROM decided WHERE is_fresh)
-        ON CONFLICT DO NOTHING
-      ),
-      -- A duplicate answers the id of its transaction id's first occurrence
-      -- (in this call, or stored): a window, not a join of two CTEs.
-      answered AS (
-        SELECT d.ord, d.txid, d.is_fresh, d.payload,
-               first_value(coalesce(d.new_id, d.prior)) OVER (PARTITION BY d.txid COLLATE "C" ORDER BY d.ord)
-                 AS message_id
-          FROM decided d
-      ),
-      -- The flag as of the partition lock (this statement's snapshot is
-      -- newer than the lock): a configure that turned encryption on has
-      -- committed before we got the lock, or waits for our commit.
-      sealer AS (
-        SELECT CASE WHEN q.encryption_enabled AND NOT p_unsealed_ok THEN q.encryption_key_id END AS k
-          FROM queen.queues q WHERE q.id = v_qid
-      )
-      -- FILTER skips the other answer's arguments, not only its result.
-      SELECT json_agg(json_build_object('index', a.ord - 1, 'message_id', a.message_id,
-               'transaction_id', a.txid, 'queueName', v_queues[1],
-               'status', CASE WHEN a.is_fresh THEN 'queued' ELSE 'duplicate' END)
-               ORDER BY a.ord) FILTER (WHERE NOT p_lean),
-             CASE WHEN bool_or(a.is_fresh) THEN ARRAY[v_queues[1]] END,
-             array_agg(a.message_id ORDER BY a.ord) FILTER (WHERE p_lean),
-             string_agg(CASE WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord) FILTER (WHERE p_lean),
-             string_agg(DISTINCT CASE WHEN queen.is_sealed(a.payload) THEN 'k' ELSE 'u' END, '')
-               FILTER (WHERE s.k IS NOT NULL AND NOT queen.sealed_with(a.payload, s.k))
-        INTO result, queued, ids, verdicts, v_fault
-        FROM answered a LEFT JOIN sealer s ON true;
-      -- Raising rolls back what this statement wrote.
-      IF strpos(v_fault, 'k') > 0 THEN
-        PERFORM queen.encryption_key_mismatch(v_queues[1]);
-      ELSIF v_fault <> '' THEN
-        PERFORM queen.encryption_changed(ARRAY[v_queues[1]]);
-      END IF;
-      RETURN;
-    END IF;
-  END IF;
-
   -- Lanes: the batch's distinct (queue, partition) pairs, numbered in name
   -- order (bytewise: "C" sorts without the locale's cost); each item
   -- learns its lane's number.
