@@ -4,4 +4,4 @@
 -- tails it drew; pgbench cannot, so here the database draws them.
 SELECT ids, verdicts, queued
   FROM queen.push_rows(ARRAY['bench'], ARRAY['p' || :client_id], ARRAY[NULL::text], ARRAY[NULL::text],
-                       ARRAY['{"n":1}'], NULL, p_lean => true);
+                       ARRAY['{"n":1}'], NULL);

@@ -5,4 +5,4 @@
 SELECT ids, verdicts, queued
   FROM queen.push_rows(array_fill('bench'::text, ARRAY[100]), array_fill('p' || :client_id, ARRAY[100]),
                        array_fill(NULL::text, ARRAY[100]), array_fill(NULL::text, ARRAY[100]),
-                       array_fill('{"n":1}'::text, ARRAY[100]), NULL, p_lean => true);
+                       array_fill('{"n":1}'::text, ARRAY[100]), NULL);

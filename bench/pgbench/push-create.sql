@@ -5,4 +5,4 @@
 \set c random(1, 9000000000000000000)
 SELECT ids, verdicts, queued
   FROM queen.push_rows(ARRAY['bench-create'], ARRAY['c' || :c], ARRAY[NULL::text], ARRAY[NULL::text],
-                       ARRAY['{"n":1}'], NULL, p_lean => true);
+                       ARRAY['{"n":1}'], NULL);

@@ -6,4 +6,4 @@
 \set p random(0, :parts - 1)
 SELECT ids, verdicts, queued
   FROM queen.push_rows(ARRAY['bench-spread'], ARRAY['p' || :p], ARRAY[NULL::text], ARRAY[NULL::text],
-                       ARRAY['{"n":1}'], NULL, p_lean => true);
+                       ARRAY['{"n":1}'], NULL);

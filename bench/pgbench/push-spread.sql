@@ -14,4 +14,4 @@ SELECT r.ids, r.verdicts, r.queued
           FROM generate_series(0, :batch::int - 1) i) s,
        LATERAL queen.push_rows(array_fill('bench-spread'::text, ARRAY[:batch::int]), s.parts,
                                array_fill(NULL::text, ARRAY[:batch::int]), array_fill(NULL::text, ARRAY[:batch::int]),
-                               array_fill('{"n":1}'::text, ARRAY[:batch::int]), NULL, p_lean => true) r;
+                               array_fill('{"n":1}'::text, ARRAY[:batch::int]), NULL) r;

@@ -105,6 +105,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0022_retired_functions.sql",
         sql: include_str!("../sql/migrations/0022_retired_functions.sql"),
     },
+    Migration {
+        version: 23,
+        name: "0023_push_answers_typed.sql",
+        sql: include_str!("../sql/migrations/0023_push_answers_typed.sql"),
+    },
 ];
 
 /// The SQL functions, one file per engine module that calls them (named

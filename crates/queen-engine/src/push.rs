@@ -123,7 +123,8 @@ fn optional_name(
 /// came without one, and the random half of each new message id. Drawn
 /// here, they spare the database a PL/pgSQL call and two calls of its
 /// OpenSSL-backed `gen_random_uuid()` per item. Bundles and stream cycles
-/// pass neither, and the database draws them.
+/// carry their drawn transaction ids as their own ([`own_transaction_ids`])
+/// and leave the id tails to the database.
 pub(crate) struct PushColumns<'a> {
     pub queues: Vec<&'a str>,
     pub partitions: Vec<&'a str>,
@@ -215,7 +216,6 @@ impl<'a> PushColumns<'a> {
         let verdicts = pushed.verdicts.as_bytes();
         if pushed.ids.len() != self.queues.len()
             || verdicts.len() != self.queues.len()
-            || self.new_txids.len() != self.queues.len()
             || range.end > self.queues.len()
         {
             return Err(EngineError::Protocol("push answered a result per item of another batch".into()));
@@ -227,7 +227,8 @@ impl<'a> PushColumns<'a> {
             if index > 0 {
                 out.push(',');
             }
-            let txid = self.transaction_ids[k].or(self.new_txids[k].as_deref()).unwrap_or_default();
+            let drawn = self.new_txids.get(k).and_then(Option::as_deref);
+            let txid = self.transaction_ids[k].or(drawn).unwrap_or_default();
             let queue = self.queues[k];
             let id = match pushed.ids[k] {
                 Some(id) => format!("\"{id}\""),
@@ -287,7 +288,19 @@ pub(crate) fn draw_missing_ids(items: &mut [PushItem]) {
     }
 }
 
-/// What `queen.push_rows` answers in its lean form, one element per item.
+/// Gives every item without a transaction id one, drawn as a push draws
+/// them: for callers whose answers name each item's transaction id (a
+/// bundle's push results, a stream cycle's push_results), which
+/// `queen.push_rows` does not answer. Left to the database (and answered
+/// as null) only if the system's random source fails.
+pub(crate) fn own_transaction_ids(items: &mut [PushItem]) {
+    draw_missing_ids(items);
+    for item in items.iter_mut().filter(|i| i.transaction_id.is_none()) {
+        item.transaction_id = item.drawn_id.take();
+    }
+}
+
+/// What `queen.push_rows` answers, one element per item.
 pub(crate) struct Pushed {
     /// The message id (a duplicate's is its first occurrence's); `None`
     /// when maxSize refused the item.

@@ -243,7 +243,7 @@ pub(crate) async fn run_registry(
 /// Deletes this broker's row, so a graceful stop leaves the list at once.
 pub(crate) async fn leave(pool: &Pool, me: &Identity) -> Result<(), EngineError> {
     let client = pool.get().await?;
-    let stmt = client.prepare_cached("DELETE FROM queen.brokers WHERE id = $1").await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/broker_leave.sql")).await?;
     client.execute(&stmt, &[&me.id]).await?;
     Ok(())
 }

@@ -331,11 +331,7 @@ pub async fn rotate(
         let mut client = pool.get().await?;
         crate::migrate(&mut client).await?;
         let stmt = client
-            .prepare_cached(
-                "WITH moved AS (UPDATE queen.queues SET encryption_key_id = $1 \
-                   WHERE encryption_key_id IS NOT NULL AND encryption_key_id <> $1 RETURNING 1) \
-                 INSERT INTO queen.encryption_keys (key_id) VALUES ($1) ON CONFLICT DO NOTHING",
-            )
+            .prepare_cached(include_str!("../sql/statements/seal_rotate_adopt.sql"))
             .await?;
         client.execute(&stmt, &[&key.id()]).await?;
     }
@@ -345,7 +341,7 @@ pub async fn rotate(
     let stmt = client.prepare_cached("SELECT queen.sealed_key_ids_other_than($1)").await?;
     let remaining: Vec<String> = client.query_one(&stmt, &[&keep]).await?.try_get(0)?;
     if remaining.is_empty() {
-        let stmt = client.prepare_cached("DELETE FROM queen.encryption_keys WHERE key_id <> $1").await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/seal_keys_keep_only.sql")).await?;
         client.execute(&stmt, &[&key.id()]).await?;
     }
     Ok(RotateReport { sealed, remaining })

@@ -429,9 +429,7 @@ pub(crate) async fn fire_sealed(
 pub(crate) async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError> {
     let client = pool.get().await?;
     let stmt = client
-        .prepare_cached(
-            "SELECT extract(epoch FROM min(deliver_at) - statement_timestamp())::float8 FROM queen.timers",
-        )
+        .prepare_cached(include_str!("../sql/statements/timers_next_due.sql"))
         .await?;
     Ok(client.query_one(&stmt, &[]).await?.try_get(0)?)
 }

@@ -114,7 +114,7 @@ BEGIN
   SELECT x.queued, x.ids, x.verdicts INTO queued, v_ids, v_verdicts
     FROM queen.push_rows(ARRAY[v_queue], ARRAY[v_part], ARRAY[v_txid], ARRAY[d.trace_id],
                          ARRAY[coalesce(p_payload, d.payload::text)], NULL, NULL, false,
-                         ARRAY[d.producer_sub], NULL, NULL, true) x;
+                         ARRAY[d.producer_sub]) x;
   IF v_verdicts = 'f' THEN
     RAISE EXCEPTION USING ERRCODE = 'QNC09', MESSAGE = json_build_object(
       'error', 'Queue ''' || v_queue || ''' would exceed max capacity', 'code', 'queue_full')::text;

@@ -70,16 +70,18 @@ $$;
 -- random low 64 bits of each new message id, drawn by the engine (NULL:
 -- drawn here). Drawing both in Rust spares every item two calls of the
 -- OpenSSL-backed gen_random_uuid() and a PL/pgSQL call.
--- p_lean: answer `ids` (each item's message id, NULL when refused) and
--- `verdicts` (one character per item: q queued, d duplicate, f refused by
--- maxSize) instead of the JSON `result`, which the engine then writes; the
--- JSON objects cost about a fifth of a 100-item push here.
+-- The answer is typed columns: `ids` (each item's message id, a
+-- duplicate's that of its first occurrence, NULL when refused), `verdicts`
+-- (one character per item: q queued, d duplicate, f refused by maxSize)
+-- and `queued` (the queues that received a message). Each caller writes
+-- its own answer from them: the engine the 201 body (push.rs
+-- `PushColumns::answer`, also a stream cycle's push_results), a bundle its
+-- push results, the timer sweeper its outcome.
 CREATE OR REPLACE FUNCTION queen.push_rows(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
   p_requests integer[], p_ids uuid[] DEFAULT NULL, p_unsealed_ok boolean DEFAULT false,
   p_subs text[] DEFAULT NULL, p_new_txids text[] DEFAULT NULL, p_tails bigint[] DEFAULT NULL,
-  p_lean boolean DEFAULT false,
-  OUT result json, OUT queued text[], OUT ids uuid[], OUT verdicts text)
+  OUT queued text[], OUT ids uuid[], OUT verdicts text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   -- Either path's answer (a call of it is a simple expression: no executor
@@ -87,12 +89,8 @@ DECLARE
   v_path record;
 BEGIN
   IF coalesce(array_length(v_queues, 1), 0) = 0 THEN
-    IF p_lean THEN
-      ids := '{}';
-      verdicts := '';
-    ELSE
-      result := '[]'::json;
-    END IF;
+    ids := '{}';
+    verdicts := '';
     RETURN;
   END IF;
   IF EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE push_paused) THEN
@@ -105,15 +103,15 @@ BEGIN
   -- queue with maxSize, which the general path (queen.push_lanes) handles.
   IF v_queues[1] = ALL (v_queues) AND v_parts[1] = ALL (v_parts) THEN
     v_path := queen.push_lane(v_queues[1], v_parts[1], p_txids, v_traces, v_payloads, p_ids, p_unsealed_ok, p_subs,
-                              p_new_txids, p_tails, p_lean);
+                              p_new_txids, p_tails);
     IF v_path.handled THEN
-      result := v_path.result; queued := v_path.queued; ids := v_path.ids; verdicts := v_path.verdicts;
+      queued := v_path.queued; ids := v_path.ids; verdicts := v_path.verdicts;
       RETURN;
     END IF;
   END IF;
   v_path := queen.push_lanes(v_queues, v_parts, p_txids, v_traces, v_payloads, p_requests, p_ids, p_unsealed_ok,
-                             p_subs, p_new_txids, p_tails, p_lean);
-  result := v_path.result; queued := v_path.queued; ids := v_path.ids; verdicts := v_path.verdicts;
+                             p_subs, p_new_txids, p_tails);
+  queued := v_path.queued; ids := v_path.ids; verdicts := v_path.verdicts;
 END $$;
 
 -- The one-lane path of queen.push_rows: every item to one partition that
@@ -125,8 +123,8 @@ END $$;
 -- save and restore every call would pay.
 CREATE OR REPLACE FUNCTION queen.push_lane(
   p_queue text, p_part text, p_txids text[], v_traces text[], v_payloads text[], p_ids uuid[],
-  p_unsealed_ok boolean, p_subs text[], p_new_txids text[], p_tails bigint[], p_lean boolean,
-  OUT result json, OUT queued text[], OUT ids uuid[], OUT verdicts text, OUT handled boolean)
+  p_unsealed_ok boolean, p_subs text[], p_new_txids text[], p_tails bigint[],
+  OUT queued text[], OUT ids uuid[], OUT verdicts text, OUT handled boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_pid uuid;
@@ -206,17 +204,12 @@ BEGIN
       SELECT CASE WHEN q.encryption_enabled AND NOT p_unsealed_ok THEN q.encryption_key_id END AS k
         FROM queen.queues q WHERE q.id = v_qid
     )
-    -- FILTER skips the other answer's arguments, not only its result.
-    SELECT json_agg(json_build_object('index', a.ord - 1, 'message_id', a.message_id,
-             'transaction_id', a.txid, 'queueName', p_queue,
-             'status', CASE WHEN a.is_fresh THEN 'queued' ELSE 'duplicate' END)
-             ORDER BY a.ord) FILTER (WHERE NOT p_lean),
-           CASE WHEN bool_or(a.is_fresh) THEN ARRAY[p_queue] END,
-           array_agg(a.message_id ORDER BY a.ord) FILTER (WHERE p_lean),
-           string_agg(CASE WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord) FILTER (WHERE p_lean),
+    SELECT CASE WHEN bool_or(a.is_fresh) THEN ARRAY[p_queue] END,
+           array_agg(a.message_id ORDER BY a.ord),
+           string_agg(CASE WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord),
            string_agg(DISTINCT CASE WHEN queen.is_sealed(a.payload) THEN 'k' ELSE 'u' END, '')
              FILTER (WHERE s.k IS NOT NULL AND NOT queen.sealed_with(a.payload, s.k))
-      INTO result, queued, ids, verdicts, v_fault
+      INTO queued, ids, verdicts, v_fault
       FROM answered a LEFT JOIN sealer s ON true;
     -- Raising rolls back what this statement wrote.
     IF strpos(v_fault, 'k') > 0 THEN
@@ -233,7 +226,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.push_lanes(
   v_queues text[], v_parts text[], p_txids text[], v_traces text[], v_payloads text[],
   p_requests integer[], p_ids uuid[], p_unsealed_ok boolean, p_subs text[], p_new_txids text[], p_tails bigint[],
-  p_lean boolean, OUT result json, OUT queued text[], OUT ids uuid[], OUT verdicts text)
+  OUT queued text[], OUT ids uuid[], OUT verdicts text)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_full text[] := '{}';
@@ -437,23 +430,12 @@ BEGIN
              AS message_id
       FROM decided f
   )
-  SELECT json_agg(
-           CASE WHEN a.full THEN
-             json_build_object('index', a.ord - 1, 'message_id', NULL, 'transaction_id', a.txid,
-               'queueName', l_queue[a.lane], 'status', 'failed',
-               'error', 'Queue ''' || l_queue[a.lane] || ''' would exceed max capacity')
-           ELSE
-             json_build_object('index', a.ord - 1, 'message_id', a.message_id,
-               'transaction_id', a.txid, 'queueName', l_queue[a.lane],
-               'status', CASE WHEN a.is_fresh THEN 'queued' ELSE 'duplicate' END)
-           END ORDER BY a.ord) FILTER (WHERE NOT p_lean),
-         array_agg(DISTINCT l_queue[a.lane]) FILTER (WHERE a.is_fresh),
+  SELECT array_agg(DISTINCT l_queue[a.lane]) FILTER (WHERE a.is_fresh),
          array_agg(DISTINCT l_queue[a.lane]) FILTER (WHERE a.seal_fault = 'u'),
          min(l_queue[a.lane]) FILTER (WHERE a.seal_fault = 'k'),
-         array_agg(CASE WHEN NOT a.full THEN a.message_id END ORDER BY a.ord) FILTER (WHERE p_lean),
+         array_agg(CASE WHEN NOT a.full THEN a.message_id END ORDER BY a.ord),
          string_agg(CASE WHEN a.full THEN 'f' WHEN a.is_fresh THEN 'q' ELSE 'd' END, '' ORDER BY a.ord)
-           FILTER (WHERE p_lean)
-    INTO result, queued, v_unsealed, v_key_id, ids, verdicts
+    INTO queued, v_unsealed, v_key_id, ids, verdicts
     FROM answered a;
   -- Raising rolls back what this statement wrote.
   IF v_key_id IS NOT NULL THEN

@@ -106,13 +106,14 @@ CREATE OR REPLACE FUNCTION queen.stream_cycle(
   p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
   a_present boolean, a_txid text, a_lease text, a_status text, a_count integer, p_release boolean,
   p_subs text[],
-  OUT result json, OUT queued text[])
+  OUT result json, OUT queued text[], OUT push_ids uuid[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_src text;
   v_src_id bigint;
   v_key text;
-  v_push json := '[]'::json;
+  v_verdicts text;
+  v_bad integer;
   cur record;
   early record;
   r record;
@@ -162,12 +163,13 @@ BEGIN
   END IF;
 
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
-    SELECT x.result, x.queued INTO v_push, queued
+    SELECT x.ids, x.verdicts, x.queued INTO push_ids, v_verdicts, queued
       FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL, p_subs => p_subs) x;
-    SELECT e.x AS x INTO r FROM json_array_elements(v_push) e(x) WHERE e.x ->> 'status' <> 'queued' LIMIT 1;
-    IF FOUND THEN
-      PERFORM queen.stream_refuse(coalesce(r.x ->> 'error', 'push item ' || (r.x ->> 'index') || ' was not queued')
-        || '; the cycle rolled back');
+    SELECT min(v.n) INTO v_bad FROM unnest(string_to_array(v_verdicts, NULL)) WITH ORDINALITY v(c, n) WHERE v.c <> 'q';
+    IF v_bad IS NOT NULL THEN
+      PERFORM queen.stream_refuse(CASE WHEN substr(v_verdicts, v_bad, 1) = 'f'
+        THEN 'Queue ''' || p_queues[v_bad] || ''' would exceed max capacity'
+        ELSE 'push item ' || (v_bad - 1) || ' was not queued' END || '; the cycle rolled back');
     END IF;
   END IF;
 
@@ -282,7 +284,6 @@ BEGIN
   result := json_build_object('success', true, 'query_id', p_query, 'partition_id', p_partition,
     'queueName', v_src,
     'state_ops_applied', coalesce(array_length(u_keys, 1), 0) + coalesce(array_length(d_keys, 1), 0),
-    'push_results', v_push,
     'ack_result', CASE WHEN a_present THEN json_build_object('success', true, 'count', a_count,
                     'lease_released', v_released, 'dlq', v_dlq) END);
 END $$;

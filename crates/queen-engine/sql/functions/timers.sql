@@ -147,7 +147,7 @@ DECLARE
   v_keys text[];
   v_due timestamptz[];
   v_subs text[];
-  v_result json;
+  v_verdicts text;
 BEGIN
   SELECT array_agg(d.queue_name ORDER BY d.deliver_at, d.queue_name, d.timer_key),
          array_agg(d.partition_name ORDER BY d.deliver_at, d.queue_name, d.timer_key),
@@ -164,12 +164,14 @@ BEGIN
   IF v_queues IS NULL THEN
     RETURN;
   END IF;
-  SELECT x.result, x.queued INTO v_result, queued
+  SELECT x.verdicts, x.queued INTO v_verdicts, queued
     FROM queen.push_rows(v_queues, v_parts, v_txns, array_fill(NULL::text, ARRAY[cardinality(v_queues)]),
                          v_payloads, NULL, v_ids, false, v_subs) x;
+  -- q queued, d duplicate (fired already: gone too), f refused by maxSize.
   WITH outcome AS (
-    SELECT r.n, r.x ->> 'status' AS status, r.x ->> 'error' AS error
-      FROM json_array_elements(v_result) WITH ORDINALITY r(x, n)
+    SELECT v.n, CASE v.c WHEN 'q' THEN 'queued' WHEN 'd' THEN 'duplicate' ELSE 'failed' END AS status,
+           CASE WHEN v.c = 'f' THEN 'Queue ''' || v_queues[v.n] || ''' would exceed max capacity' END AS error
+      FROM unnest(string_to_array(v_verdicts, NULL)) WITH ORDINALITY v(c, n)
   ),
   gone AS (
     DELETE FROM queen.timers t

@@ -40,7 +40,10 @@ CREATE OR REPLACE FUNCTION queen.transaction_rows(
 RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_push json := '[]';
+  v_ids uuid[];
+  v_verdicts text;
+  v_bad integer;
+  i integer;
   v_ack json := '[]';
   v_results jsonb[];
   v_kv json := '[]';
@@ -61,17 +64,18 @@ BEGIN
   END IF;
 
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
-    -- queen.push_rows refuses while push is paused.
-    SELECT x.result INTO v_push
+    -- queen.push_rows refuses while push is paused. Every item carries
+    -- its transaction id (the engine draws the missing ones).
+    SELECT x.ids, x.verdicts INTO v_ids, v_verdicts
       FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL, p_subs => p_push_subs) x;
-    SELECT * INTO r FROM json_array_elements(v_push) e(x) WHERE x ->> 'status' <> 'queued' LIMIT 1;
-    IF r.x IS NOT NULL THEN
+    SELECT min(v.n) INTO v_bad FROM unnest(string_to_array(v_verdicts, NULL)) WITH ORDINALITY v(c, n) WHERE v.c <> 'q';
+    IF v_bad IS NOT NULL THEN
       RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
         'transactionId', p_tx_id, 'success', false, 'reason', 'duplicate', 'results', '[]'::json,
-        'error', CASE WHEN r.x ->> 'status' = 'duplicate'
-          THEN 'QDUP item ' || (r.x ->> 'index') || ' (transactionId ' || (r.x ->> 'transaction_id')
+        'error', CASE WHEN substr(v_verdicts, v_bad, 1) = 'd'
+          THEN 'QDUP item ' || (v_bad - 1) || ' (transactionId ' || p_txids[v_bad]
                || ') is a duplicate inside the dedup window; the transaction rolled back'
-          ELSE coalesce(r.x ->> 'error', 'push failed') || '; the transaction rolled back' END)::text;
+          ELSE 'Queue ''' || p_queues[v_bad] || ''' would exceed max capacity; the transaction rolled back' END)::text;
     END IF;
   END IF;
   IF coalesce(array_length(p_ack_txids, 1), 0) > 0 THEN
@@ -103,10 +107,9 @@ BEGIN
   END IF;
   v_results := array_fill(NULL::jsonb, ARRAY[greatest(p_slot_count, 1)]);
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
-    FOR r IN SELECT e.x, e.n FROM json_array_elements(v_push) WITH ORDINALITY e(x, n) LOOP
-      v_results[p_push_slots[r.n] + 1] := jsonb_build_object('index', p_push_slots[r.n], 'type', 'push',
-        'success', true, 'transactionId', r.x ->> 'transaction_id', 'messageId', r.x ->> 'message_id',
-        'queueName', r.x ->> 'queueName');
+    FOR i IN 1 .. cardinality(p_queues) LOOP
+      v_results[p_push_slots[i] + 1] := jsonb_build_object('index', p_push_slots[i], 'type', 'push',
+        'success', true, 'transactionId', p_txids[i], 'messageId', v_ids[i], 'queueName', p_queues[i]);
     END LOOP;
   END IF;
   FOR r IN SELECT e.x, e.n FROM json_array_elements(v_ack) WITH ORDINALITY e(x, n) LOOP

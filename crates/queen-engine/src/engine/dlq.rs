@@ -40,10 +40,7 @@ impl Engine {
                 self.refresh_sealed(&queues).await?;
                 let client = self.pool().get().await?;
                 let stmt = client
-                    .prepare_cached(
-                        "SELECT id FROM queen.dead_letters WHERE partition_id = $1 AND transaction_id = $2 \
-                         ORDER BY id DESC LIMIT 1",
-                    )
+                    .prepare_cached(include_str!("../../sql/statements/dlq_record_of.sql"))
                     .await?;
                 let id: Option<i64> =
                     client.query_opt(&stmt, &[partition_id, &transaction_id]).await?.map(|r| r.get(0));
@@ -97,8 +94,7 @@ impl Engine {
     /// is passed as stored.
     async fn sealed_payload_of(&self, dlq_id: i64) -> Result<Option<String>, EngineError> {
         let client = self.pool().get().await?;
-        let stmt =
-            client.prepare_cached("SELECT payload::text FROM queen.dead_letters WHERE id = $1").await?;
+        let stmt = client.prepare_cached(include_str!("../../sql/statements/dlq_payload.sql")).await?;
         let row = client.query_opt(&stmt, &[&dlq_id]).await?;
         drop(client);
         let Some(row) = row else { return Ok(None) };

@@ -11,8 +11,7 @@ impl Engine {
             return Ok(wait);
         }
         let client = self.pool().get().await?;
-        let stmt =
-            client.prepare_cached("SELECT min_pop_wait_time FROM queen.queues WHERE name = $1").await?;
+        let stmt = client.prepare_cached(include_str!("../../sql/statements/fill_wait.sql")).await?;
         let row = client.query_opt(&stmt, &[&queue]).await?;
         let millis = row.map(|r| r.try_get::<_, i32>(0)).transpose()?.unwrap_or(0);
         self.fill_waits().learn(queue, u64::try_from(millis).unwrap_or(0));

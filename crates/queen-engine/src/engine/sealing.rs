@@ -72,9 +72,7 @@ impl Engine {
     pub(crate) async fn queue_encrypted(&self, queue: &str) -> Result<bool, EngineError> {
         let client = self.pool().get().await?;
         let stmt = client
-            .prepare_cached(
-                "SELECT coalesce(bool_or(encryption_enabled), false) FROM queen.queues WHERE name = $1",
-            )
+            .prepare_cached(include_str!("../../sql/statements/seal_queue_encrypted.sql"))
             .await?;
         Ok(client.query_one(&stmt, &[&queue]).await?.try_get(0)?)
     }
@@ -83,7 +81,7 @@ impl Engine {
     pub(crate) async fn refresh_sealed(&self, queues: &[String]) -> Result<(), EngineError> {
         let client = self.pool().get().await?;
         let stmt = client
-            .prepare_cached("SELECT name, encryption_enabled FROM queen.queues WHERE name = ANY($1)")
+            .prepare_cached(include_str!("../../sql/statements/seal_queues_encrypted.sql"))
             .await?;
         let rows = client.query(&stmt, &[&queues]).await?;
         drop(client);
@@ -117,23 +115,11 @@ impl Engine {
         // stay on one server, prepared statements or not (as the migration).
         let tx = client.transaction().await?;
         if let Some(key) = self.encryption_key() {
-            tx.execute(
-                "WITH moved AS (UPDATE queen.queues SET encryption_key_id = $1 \
-                   WHERE encryption_key_id = ANY ($2) AND encryption_key_id <> $1 RETURNING 1) \
-                 INSERT INTO queen.encryption_keys (key_id) \
-                 SELECT $1 WHERE EXISTS (SELECT 1 FROM queen.queues WHERE encryption_key_id IS NOT NULL) \
-                    OR EXISTS (SELECT 1 FROM moved) \
-                 ON CONFLICT DO NOTHING",
-                &[&key.id(), &ids],
-            )
+            tx.execute(include_str!("../../sql/statements/seal_keys_adopt.sql"), &[&key.id(), &ids])
             .await?;
         }
         let missing: Vec<String> = tx
-            .query_one(
-                "SELECT coalesce(array_agg(key_id ORDER BY key_id), '{}') FROM queen.encryption_keys \
-                  WHERE NOT key_id = ANY ($1)",
-                &[&ids],
-            )
+            .query_one(include_str!("../../sql/statements/seal_keys_unheld.sql"), &[&ids])
             .await?
             .try_get(0)?;
         if missing.is_empty() {
@@ -152,7 +138,7 @@ impl Engine {
                 if ids.is_empty() { "none".to_owned() } else { ids.join(", ") }
             )));
         }
-        tx.execute("DELETE FROM queen.encryption_keys WHERE key_id = ANY ($1)", &[&missing]).await?;
+        tx.execute(include_str!("../../sql/statements/seal_keys_forget.sql"), &[&missing]).await?;
         tx.commit().await?;
         Ok(())
     }

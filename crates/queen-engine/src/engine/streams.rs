@@ -1,6 +1,6 @@
 //! `Engine`'s calls of `crate::streams`: the facade over that module.
 
-use crate::push::PushColumns;
+use crate::push::{PushColumns, Pushed};
 use crate::streams::*;
 use crate::{Engine, EngineError, Json};
 
@@ -81,7 +81,9 @@ impl Engine {
     }
 
     async fn stream_cycle_sealed(&self, c: &Cycle, seal_state: bool) -> Result<Json, EngineError> {
-        let pushes = self.seal_items(&c.pushes)?;
+        let mut items = c.pushes.clone();
+        crate::push::own_transaction_ids(&mut items);
+        let pushes = self.seal_items(&items)?;
         let push = PushColumns::of(pushes.iter());
         let upsert_keys: Vec<&str> = c.upserts.iter().map(|(k, _)| k.as_str()).collect();
         let upsert_values: Vec<&str> = c.upserts.iter().map(|(_, v)| v.get()).collect();
@@ -129,9 +131,50 @@ impl Engine {
         drop(client);
         let result: Option<String> = row.try_get(0)?;
         let queued: Option<Vec<String>> = row.try_get(1)?;
+        let ids: Option<Vec<Option<uuid::Uuid>>> = row.try_get(2)?;
         if let Some(queues) = queued.filter(|q| !q.is_empty()) {
             self.announce_pushes(queues);
         }
-        result.map(Json).ok_or_else(|| EngineError::Protocol("stream cycle answered NULL".into()))
+        let result = result.ok_or_else(|| EngineError::Protocol("stream cycle answered NULL".into()))?;
+        // No ids: the cycle pushed nothing (none to push, or a replay).
+        let push_results = match ids {
+            Some(ids) => {
+                let pushed = Pushed { verdicts: "q".repeat(ids.len()), ids };
+                Some(push.answer(&pushed, 0..pushed.ids.len())?)
+            }
+            None => None,
+        };
+        cycle_answer(&result, push_results.as_ref())
     }
+}
+
+/// A cycle's answer: what `queen.stream_cycle` answered, with its
+/// push_results written by the push's one writer (`PushColumns::answer`).
+fn cycle_answer(result: &str, push_results: Option<&Json>) -> Result<Json, EngineError> {
+    use serde_json::value::RawValue;
+    #[derive(serde::Deserialize, serde::Serialize)]
+    struct Cycled<'a> {
+        success: bool,
+        #[serde(borrow)]
+        query_id: &'a RawValue,
+        #[serde(borrow)]
+        partition_id: &'a RawValue,
+        #[serde(rename = "queueName", borrow)]
+        queue_name: &'a RawValue,
+        state_ops_applied: i64,
+        #[serde(borrow, default)]
+        push_results: Option<&'a RawValue>,
+        #[serde(borrow)]
+        ack_result: Option<&'a RawValue>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replayed: Option<bool>,
+    }
+    let protocol = |e: serde_json::Error| EngineError::Protocol(format!("stream cycle answer: {e}"));
+    let mut cycled: Cycled = serde_json::from_str(result).map_err(protocol)?;
+    let none: &RawValue = serde_json::from_str("[]").map_err(protocol)?;
+    cycled.push_results = match push_results {
+        Some(pushed) => Some(serde_json::from_str(&pushed.0).map_err(protocol)?),
+        None => Some(cycled.push_results.unwrap_or(none)),
+    };
+    serde_json::to_string(&cycled).map(Json).map_err(protocol)
 }

@@ -108,12 +108,7 @@ impl Engine {
     pub async fn timer_and_lock_gauges(&self) -> Result<(i64, i64, i64), EngineError> {
         let client = self.pool().get().await?;
         let stmt = client
-            .prepare_cached(
-                "SELECT (SELECT count(*) FROM queen.timers), \
-                        (SELECT count(*) FROM queen.timers WHERE deliver_at <= now()), \
-                        (SELECT count(*) FROM queen.kv WHERE ns = 'queen-locks' \
-                          AND (expires_at IS NULL OR expires_at > now()))",
-            )
+            .prepare_cached(include_str!("../../sql/statements/timer_lock_gauges.sql"))
             .await?;
         let row = client.query_one(&stmt, &[]).await?;
         Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))

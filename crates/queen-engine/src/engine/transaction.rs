@@ -55,7 +55,8 @@ impl Engine {
             return Err(wire::bad_request("timers", "holds more than 64 timer operations"));
         }
         timers::check_ops(&bundle.timers, self.timer_horizon())?;
-        let (push_slots, items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.iter().cloned().unzip();
+        let (push_slots, mut items): (Vec<i32>, Vec<PushItem>) = bundle.pushes.iter().cloned().unzip();
+        crate::push::own_transaction_ids(&mut items);
         let items = self.seal_items(&items)?;
         let mut queues: Vec<String> = items.iter().map(|i| i.queue.clone()).collect();
         let push = PushColumns::of(items.iter());
