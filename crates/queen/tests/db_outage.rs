@@ -4,65 +4,19 @@
 //! cuts and restores, so the shared test server keeps running.
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::CutProxy;
 use queen_engine::{DbConfig, Engine, EngineOptions};
 use queen_server::ServerConfig;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
-
-struct Proxy {
-    port: u16,
-    up: Arc<AtomicBool>,
-    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let port = listener.local_addr().expect("addr").port();
-        let up = Arc::new(AtomicBool::new(true));
-        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (up2, links2) = (up.clone(), links.clone());
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !up2.load(Ordering::SeqCst) {
-                    continue; // dropped: connection refused-ish
-                }
-                let upstream = upstream.clone();
-                let link = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                links2.lock().expect("links").push(link);
-            }
-        });
-        Proxy { port, up, links }
-    }
-
-    fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for link in self.links.lock().expect("links").drain(..) {
-            link.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
+use tokio::net::TcpListener;
 
 #[tokio::test]
 async fn database_outage_answers_503_with_retry_after_and_recovers_without_restart() {
     let db = common::fresh_database().await;
-    let admin = common::admin_url();
-    let host_port =
-        admin.split('@').nth(1).and_then(|s| s.split('/').next()).unwrap_or("127.0.0.1:5432").to_owned();
-    let proxy = Proxy::start(host_port).await;
-    let url = format!("postgres://postgres@127.0.0.1:{}/{db}", proxy.port);
+    let proxy = CutProxy::start(common::admin_host_port()).await;
+    let url = proxy.url(&db);
     let engine = Arc::new(
         Engine::connect(
             &DbConfig { url: Some(url), pool_size: 4, ..DbConfig::default() },

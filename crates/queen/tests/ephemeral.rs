@@ -3,16 +3,14 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Api, TestBroker};
+use common::{Api, CutProxy, TestBroker};
 use queen_engine::{DbConfig, Engine, EngineOptions};
 use queen_server::ServerConfig;
 use serde_json::{json, Value};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::task::JoinHandle;
+use tokio::net::TcpListener;
 
 async fn push(b: &Api, queue: &str, partition: Option<&str>, payloads: &[Value]) -> (u16, Value) {
     let messages: Vec<Value> = payloads.iter().map(|p| json!({"payload": p})).collect();
@@ -271,50 +269,6 @@ async fn a_waiting_pop_does_not_create_again_a_queue_deleted_while_it_waited() {
     assert_eq!(status, 404);
 }
 
-/// A TCP proxy to PostgreSQL that the test cuts: the owner behind it can
-/// neither renew nor reach the database, while the other broker can.
-struct Proxy {
-    port: u16,
-    up: Arc<AtomicBool>,
-    links: Arc<Mutex<Vec<JoinHandle<()>>>>,
-}
-
-impl Proxy {
-    async fn start(upstream: String) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let up = Arc::new(AtomicBool::new(true));
-        let links: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
-        let (up2, links2) = (up.clone(), links.clone());
-        tokio::spawn(async move {
-            while let Ok((mut inbound, _)) = listener.accept().await {
-                if !up2.load(Ordering::SeqCst) {
-                    continue;
-                }
-                let upstream = upstream.clone();
-                let link = tokio::spawn(async move {
-                    if let Ok(mut outbound) = TcpStream::connect(&upstream).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                    }
-                });
-                links2.lock().unwrap().push(link);
-            }
-        });
-        Proxy { port, up, links }
-    }
-
-    fn cut(&self) {
-        self.up.store(false, Ordering::SeqCst);
-        for link in self.links.lock().unwrap().drain(..) {
-            link.abort();
-        }
-    }
-
-    fn restore(&self) {
-        self.up.store(true, Ordering::SeqCst);
-    }
-}
-
 /// The owner's heartbeats fail (its database link is cut): it stops serving
 /// (421) before the takeover time, the other broker takes over with a new
 /// epoch, and at no moment do both serve; back online, the old owner names
@@ -322,17 +276,12 @@ impl Proxy {
 #[tokio::test]
 async fn an_owner_that_cannot_renew_stops_serving_before_another_broker_takes_over() {
     let db = common::fresh_database().await;
-    let admin = common::admin_url();
-    let host_port =
-        admin.split('@').nth(1).and_then(|s| s.split('/').next()).unwrap_or("127.0.0.1:5432").to_owned();
-    let proxy = Proxy::start(host_port).await;
+    // The owner reaches PostgreSQL through a proxy the test cuts: it can
+    // neither renew nor reach the database, while the other broker can.
+    let proxy = CutProxy::start(common::admin_host_port()).await;
     let engine = Arc::new(
         Engine::connect(
-            &DbConfig {
-                url: Some(format!("postgres://postgres@127.0.0.1:{}/{db}", proxy.port)),
-                pool_size: 4,
-                ..DbConfig::default()
-            },
+            &DbConfig { url: Some(proxy.url(&db)), pool_size: 4, ..DbConfig::default() },
             EngineOptions {
                 advertise_url: Some("http://owner-a.invalid".into()),
                 ..EngineOptions::default()

@@ -16,8 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::private_pg::PrivatePg;
-use common::{Api, BrokerProcess, ServeSpec};
+use common::{Api, BrokerProcess, PrivatePg, ServeSpec};
 use serde_json::{json, Value};
 
 /// A private cluster with database `queen` and a `queen serve` on it.

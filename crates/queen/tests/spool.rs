@@ -4,7 +4,7 @@
 //! acknowledged item exactly once and in order per partition, across
 //! SIGKILLs of the broker while spooling and while draining, and a damaged
 //! spool tail is reported and skipped. PostgreSQL is a private cluster
-//! each test stops and starts (common/private_pg.rs).
+//! each test stops and starts (`queen_test_kit::PrivatePg`).
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
@@ -13,8 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::private_pg::PrivatePg;
-use common::{eventually, Api, BrokerProcess, ServeSpec, TestBroker};
+use common::{eventually, Api, BrokerProcess, PrivatePg, ServeSpec, TestBroker};
 use serde_json::{json, Value};
 
 const PARTITIONS: usize = 4;

@@ -1,7 +1,7 @@
-//! Test fixtures: a database per test, cloned from a migrated template, an
-//! engine on it, and that engine served over real HTTP on an ephemeral port.
-//! Each generic test runs twice, through `HttpBroker` and `EmbeddedBroker`
-//! (see the `both!` macro).
+//! Test fixtures: an engine on a test database (a database per test, cloned
+//! from a migrated template: `queen-test-kit`, re-exported here), and that
+//! engine served over real HTTP on an ephemeral port. Each generic test runs
+//! twice, through `HttpBroker` and `EmbeddedBroker` (see the `both!` macro).
 #![allow(dead_code)]
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
@@ -9,95 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use queen_client::{EmbeddedBroker, HttpBroker, HttpConfig, Queen, RetryPolicy};
-use queen_engine::{DbConfig, Engine, EngineOptions};
+use queen_engine::{Engine, EngineOptions};
 use tokio::sync::oneshot;
 use tokio_postgres::NoTls;
 
-/// The server tests create their databases on.
-pub fn admin_url() -> String {
-    std::env::var("QUEEN_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
-/// The URL of database `db` on the test server.
-pub fn url_for(db: &str) -> String {
-    let admin = admin_url();
-    match admin.rfind('/') {
-        Some(i) => format!("{}/{db}", &admin[..i]),
-        None => admin,
-    }
-}
-
-async fn admin() -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(&admin_url(), NoTls)
-        .await
-        .expect("connect to the test PostgreSQL (is it running? see scripts/test)");
-    tokio::spawn(conn);
-    client
-}
-
-/// A fresh database for one test, cloned from the migrated template (the
-/// same template and lock as the `queen` crate's tests).
-pub async fn fresh_database() -> String {
-    let template = format!("queen_tpl_{}", queen_engine::schema_digest());
-    let admin = admin().await;
-    admin.execute("SELECT pg_advisory_lock(7242001)", &[]).await.expect("lock");
-    let exists = admin
-        .query_opt("SELECT 1 FROM pg_database WHERE datname = $1", &[&template])
-        .await
-        .expect("query")
-        .is_some();
-    if !exists {
-        let building = format!("{template}_building");
-        admin.batch_execute(&format!("DROP DATABASE IF EXISTS {building}")).await.expect("drop");
-        admin.batch_execute(&format!("CREATE DATABASE {building}")).await.expect("create template");
-        {
-            let (mut client, conn) =
-                tokio_postgres::connect(&url_for(&building), NoTls).await.expect("connect template");
-            let task = tokio::spawn(conn);
-            queen_engine::migrate(&mut client).await.expect("migrate template");
-            drop(client);
-            let _ = task.await;
-        }
-        admin
-            .batch_execute(&format!("ALTER DATABASE {building} RENAME TO {template}"))
-            .await
-            .expect("rename template");
-    }
-    let name = format!("queen_t_{}", uuid::Uuid::new_v4().simple());
-    admin
-        .batch_execute(&format!("CREATE DATABASE {name} TEMPLATE {template}"))
-        .await
-        .expect("clone template");
-    admin.execute("SELECT pg_advisory_unlock(7242001)", &[]).await.expect("unlock");
-    name
-}
-
-/// Drops a test database on a thread of its own (works from `Drop`); kept
-/// when the test failed, for a post-mortem.
-fn drop_database_later(db: String) {
-    if std::thread::panicking() {
-        eprintln!("keeping database {db} of a failed test");
-        return;
-    }
-    let _ = std::thread::spawn(move || {
-        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-            return;
-        };
-        rt.block_on(async move {
-            if let Ok((client, conn)) = tokio_postgres::connect(&admin_url(), NoTls).await {
-                tokio::spawn(conn);
-                let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
-            }
-        });
-    })
-    .join();
-}
-
-/// Settings that reach a test database.
-pub fn db_config(db: &str) -> DbConfig {
-    DbConfig { url: Some(url_for(db)), pool_size: 8, ..DbConfig::default() }
-}
+pub use queen_test_kit::*;
 
 /// A broker on a fresh database: the engine, and (optionally) HTTP over it.
 pub struct Fixture {

@@ -58,7 +58,7 @@ impl PrivatePg {
                 chown(&d, Some(uid), Some(gid)).expect("chown the cluster dir");
             }
         }
-        let pg = PrivatePg { bin: pg_bin(), port: super::free_port(), dir, owner };
+        let pg = PrivatePg { bin: pg_bin(), port: crate::free_port(), dir, owner };
         let out = pg
             .command("initdb")
             .args(["--auth=trust", "--encoding=UTF8", "--locale=C", "--username=postgres", "--no-sync", "-D"])
