@@ -330,9 +330,7 @@ pub async fn rotate(
     {
         let mut client = pool.get().await?;
         crate::migrate(&mut client).await?;
-        let stmt = client
-            .prepare_cached(include_str!("../sql/statements/seal_rotate_adopt.sql"))
-            .await?;
+        let stmt = client.prepare_cached(include_str!("../sql/statements/seal_rotate_adopt.sql")).await?;
         client.execute(&stmt, &[&key.id()]).await?;
     }
     let sealed = reseal_tables(&pool, key, None, &SEALED_TABLES, batch, on_page).await?;

@@ -428,9 +428,7 @@ pub(crate) async fn fire_sealed(
 /// Seconds until the earliest pending timer is due (negative: overdue).
 pub(crate) async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError> {
     let client = pool.get().await?;
-    let stmt = client
-        .prepare_cached(include_str!("../sql/statements/timers_next_due.sql"))
-        .await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/timers_next_due.sql")).await?;
     Ok(client.query_one(&stmt, &[]).await?.try_get(0)?)
 }
 

@@ -96,9 +96,10 @@ fn function_files_are_named_after_their_module_and_all_applied() {
         );
         let module = stem.split('_').next().unwrap_or(stem);
         let src = root().join("src");
-        let named = [src.join(format!("{module}.rs")), src.join(module), src.join(format!("engine/{module}.rs"))]
-            .iter()
-            .any(|p| p.exists());
+        let named =
+            [src.join(format!("{module}.rs")), src.join(module), src.join(format!("engine/{module}.rs"))]
+                .iter()
+                .any(|p| p.exists());
         assert!(named || shared.contains(&stem), "{name} names no engine module (src/{module}.rs)");
     }
     for listed in migrate.split("include_str!(\"../sql/functions/").skip(1) {
@@ -121,7 +122,8 @@ fn rust_holds_no_sql_that_reaches_a_table() {
                 let ident: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
                 !rest[ident.len()..].starts_with('(')
             });
-            let write = ["INSERT INTO", "UPDATE queen.", "DELETE FROM", "TRUNCATE"].iter().any(|w| sql.contains(w));
+            let write =
+                ["INSERT INTO", "UPDATE queen.", "DELETE FROM", "TRUNCATE"].iter().any(|w| sql.contains(w));
             if table_read || write {
                 offenders.push(format!("{}: {sql}", path.display()));
             }
@@ -136,7 +138,10 @@ fn every_statement_file_is_used_and_says_what_it_is() {
     for name in names_in(&root().join("sql/statements")) {
         assert!(code.contains(&format!("sql/statements/{name}\")")), "sql/statements/{name} is not used");
         let text = std::fs::read_to_string(root().join("sql/statements").join(&name)).unwrap();
-        assert!(text.starts_with("-- "), "sql/statements/{name} does not start with a comment saying who runs it");
+        assert!(
+            text.starts_with("-- "),
+            "sql/statements/{name} does not start with a comment saying who runs it"
+        );
     }
 }
 

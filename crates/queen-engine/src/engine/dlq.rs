@@ -39,9 +39,8 @@ impl Engine {
             Err(EngineError::EncryptionChanged(queues)) => {
                 self.refresh_sealed(&queues).await?;
                 let client = self.pool().get().await?;
-                let stmt = client
-                    .prepare_cached(include_str!("../../sql/statements/dlq_record_of.sql"))
-                    .await?;
+                let stmt =
+                    client.prepare_cached(include_str!("../../sql/statements/dlq_record_of.sql")).await?;
                 let id: Option<i64> =
                     client.query_opt(&stmt, &[partition_id, &transaction_id]).await?.map(|r| r.get(0));
                 drop(client);

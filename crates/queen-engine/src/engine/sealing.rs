@@ -71,18 +71,16 @@ impl Engine {
     /// Whether a queue is encrypted now (false when it does not exist).
     pub(crate) async fn queue_encrypted(&self, queue: &str) -> Result<bool, EngineError> {
         let client = self.pool().get().await?;
-        let stmt = client
-            .prepare_cached(include_str!("../../sql/statements/seal_queue_encrypted.sql"))
-            .await?;
+        let stmt =
+            client.prepare_cached(include_str!("../../sql/statements/seal_queue_encrypted.sql")).await?;
         Ok(client.query_one(&stmt, &[&queue]).await?.try_get(0)?)
     }
 
     /// Re-reads the encryption flag of `queues` after a QN409.
     pub(crate) async fn refresh_sealed(&self, queues: &[String]) -> Result<(), EngineError> {
         let client = self.pool().get().await?;
-        let stmt = client
-            .prepare_cached(include_str!("../../sql/statements/seal_queues_encrypted.sql"))
-            .await?;
+        let stmt =
+            client.prepare_cached(include_str!("../../sql/statements/seal_queues_encrypted.sql")).await?;
         let rows = client.query(&stmt, &[&queues]).await?;
         drop(client);
         for q in queues {
@@ -115,8 +113,7 @@ impl Engine {
         // stay on one server, prepared statements or not (as the migration).
         let tx = client.transaction().await?;
         if let Some(key) = self.encryption_key() {
-            tx.execute(include_str!("../../sql/statements/seal_keys_adopt.sql"), &[&key.id(), &ids])
-            .await?;
+            tx.execute(include_str!("../../sql/statements/seal_keys_adopt.sql"), &[&key.id(), &ids]).await?;
         }
         let missing: Vec<String> = tx
             .query_one(include_str!("../../sql/statements/seal_keys_unheld.sql"), &[&ids])

@@ -107,9 +107,7 @@ impl Engine {
     /// Pending timers, those already due, and lock permits held: one read.
     pub async fn timer_and_lock_gauges(&self) -> Result<(i64, i64, i64), EngineError> {
         let client = self.pool().get().await?;
-        let stmt = client
-            .prepare_cached(include_str!("../../sql/statements/timer_lock_gauges.sql"))
-            .await?;
+        let stmt = client.prepare_cached(include_str!("../../sql/statements/timer_lock_gauges.sql")).await?;
         let row = client.query_one(&stmt, &[]).await?;
         Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?))
     }
