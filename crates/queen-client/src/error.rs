@@ -111,6 +111,13 @@ impl Error {
     }
 }
 
+/// A KV argument its type refused (a zero TTL, say): the SDK's `Invalid`.
+impl From<queen_wire::Invalid> for Error {
+    fn from(e: queen_wire::Invalid) -> Self {
+        Error::Invalid(e.0)
+    }
+}
+
 #[cfg(feature = "embedded")]
 impl From<queen_engine::EngineError> for Error {
     fn from(e: queen_engine::EngineError) -> Self {

@@ -7,9 +7,7 @@
 //! `null` is `Some(Entry)` whose value is the JSON `null`; a counter is an
 //! `i64` or an [`Error::Precision`], never a rounded number.
 
-use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::stream::{self, Stream, TryStreamExt};
 use queen_wire::KvOp;
@@ -20,66 +18,7 @@ use crate::broker::Broker;
 use crate::error::{Error, Result};
 use crate::message::to_raw;
 
-/// How long a written key lives. Every write names one; there is no default.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
-    /// Dies this many seconds after the write (after the creation, for `incr`).
-    Ttl(NonZeroU64),
-    /// Lives until deleted.
-    Forever,
-}
-
-impl Expiry {
-    /// A TTL of `seconds`; zero is refused.
-    pub fn secs(seconds: u64) -> Result<Self> {
-        NonZeroU64::new(seconds)
-            .map(Expiry::Ttl)
-            .ok_or_else(|| Error::Invalid("a TTL must be at least 1 second".into()))
-    }
-
-    /// A TTL of a whole number of seconds; zero or a fraction is refused.
-    pub fn ttl(d: Duration) -> Result<Self> {
-        if d.subsec_nanos() != 0 {
-            return Err(Error::Invalid(format!("a TTL is whole seconds, not {d:?}")));
-        }
-        Expiry::secs(d.as_secs())
-    }
-
-    pub(crate) fn engine(self) -> queen_wire::Expiry {
-        match self {
-            Expiry::Ttl(s) => queen_wire::Expiry::Ttl(s.get()),
-            Expiry::Forever => queen_wire::Expiry::Forever,
-        }
-    }
-}
-
-/// A precondition on a key's live version.
-///
-/// A write without one is a different method (`put` versus `put_expect`),
-/// so "no precondition" and "must not exist" cannot be confused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expect {
-    /// The key must not exist (wire `expect: 0`).
-    Absent,
-    /// The live version must be this one (a pure update: creates nothing).
-    Version(NonZeroU64),
-}
-
-impl Expect {
-    pub(crate) fn engine(self) -> queen_wire::Expect {
-        match self {
-            Expect::Absent => queen_wire::Expect::Absent,
-            Expect::Version(v) => queen_wire::Expect::Version(v.get()),
-        }
-    }
-
-    fn wire(self) -> u64 {
-        match self {
-            Expect::Absent => 0,
-            Expect::Version(v) => v.get(),
-        }
-    }
-}
+pub use queen_wire::{Expect, Expiry};
 
 /// Why a write did not apply (the closed set of kv.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -357,14 +296,7 @@ pub(crate) mod ops {
         expect: Option<Expect>,
         required: bool,
     ) -> Result<KvOp> {
-        Ok(KvOp::Put {
-            ns: ns.into(),
-            key: key.into(),
-            value: to_raw(value)?,
-            expiry: expiry.engine(),
-            expect: expect.map(Expect::engine),
-            required,
-        })
+        Ok(KvOp::Put { ns: ns.into(), key: key.into(), value: to_raw(value)?, expiry, expect, required })
     }
 
     pub fn put_if_absent<T: Serialize + ?Sized>(
@@ -374,13 +306,7 @@ pub(crate) mod ops {
         expiry: Expiry,
         required: bool,
     ) -> Result<KvOp> {
-        Ok(KvOp::PutIfAbsent {
-            ns: ns.into(),
-            key: key.into(),
-            value: to_raw(value)?,
-            expiry: expiry.engine(),
-            required,
-        })
+        Ok(KvOp::PutIfAbsent { ns: ns.into(), key: key.into(), value: to_raw(value)?, expiry, required })
     }
 
     pub fn delete(ns: &str, key: &str, expect: Option<Expect>, required: bool) -> KvOp {
@@ -388,7 +314,7 @@ pub(crate) mod ops {
     }
 
     pub fn check(ns: &str, key: &str, expect: Expect, required: bool) -> KvOp {
-        KvOp::Check { ns: ns.into(), key: key.into(), expect: expect.engine(), required }
+        KvOp::Check { ns: ns.into(), key: key.into(), expect, required }
     }
 
     pub fn incr(ns: &str, key: &str, by: Incr, expiry: Expiry, required: bool) -> Result<KvOp> {
@@ -398,11 +324,16 @@ pub(crate) mod ops {
             delta: number(by.delta)?,
             min: by.min.map(number).transpose()?,
             max: by.max.map(number).transpose()?,
-            expiry: expiry.engine(),
+            expiry,
             required,
         })
     }
 }
+
+/// A KV result element and row as the wire has them (shared with the
+/// engine's embedded answer).
+pub(crate) type RawResult = queen_wire::KvResult;
+type RawRow = queen_wire::KvRow;
 
 pub(crate) fn some_raw<'de, D: serde::Deserializer<'de>>(
     d: D,
@@ -410,21 +341,13 @@ pub(crate) fn some_raw<'de, D: serde::Deserializer<'de>>(
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
-/// A row of a multi-key read, as the wire has it.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawRow {
-    key: String,
-    #[serde(default, deserialize_with = "some_raw")]
-    value: Option<Box<RawValue>>,
-    version: u64,
-    #[serde(default)]
-    expires_at: Option<String>,
-    #[serde(default)]
-    updated_at: Option<String>,
+/// The SDK's typed rows from a wire row.
+trait TypedRow {
+    fn key_entry(self) -> KeyEntry;
+    fn entry(self) -> Result<Entry>;
 }
 
-impl RawRow {
+impl TypedRow for RawRow {
     fn key_entry(self) -> KeyEntry {
         KeyEntry {
             key: self.key,
@@ -449,42 +372,18 @@ impl RawRow {
     }
 }
 
-/// One KV result element, as the wire has it (every field optional).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct RawResult {
-    #[serde(default)]
-    pub index: usize,
-    #[serde(default)]
-    pub op: String,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default)]
-    found: Option<bool>,
-    #[serde(default)]
-    applied: Option<bool>,
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default, deserialize_with = "some_raw")]
-    value: Option<Box<RawValue>>,
-    #[serde(default)]
-    version: Option<u64>,
-    #[serde(default)]
-    expires_at: Option<String>,
-    #[serde(default)]
-    updated_at: Option<String>,
-    #[serde(default)]
-    rows: Option<Vec<RawRow>>,
-    #[serde(default)]
-    missing: Option<Vec<String>>,
-    #[serde(default)]
-    truncated: Option<bool>,
-    #[serde(default)]
-    next_after: Option<String>,
+/// The SDK's typed results from a wire result element.
+pub(crate) trait TypedResult: Sized {
+    fn get(self) -> Result<Option<Entry>>;
+    fn many(self) -> Result<Many>;
+    fn page(self) -> Result<Page>;
+    fn key_page(self) -> KeyPage;
+    fn write(self) -> Write;
+    fn typed(self) -> Result<KvResult>;
 }
 
-impl RawResult {
-    pub(crate) fn get(self) -> Result<Option<Entry>> {
+impl TypedResult for RawResult {
+    fn get(self) -> Result<Option<Entry>> {
         if self.found != Some(true) {
             return Ok(None);
         }
@@ -500,7 +399,7 @@ impl RawResult {
         }))
     }
 
-    pub(crate) fn many(self) -> Result<Many> {
+    fn many(self) -> Result<Many> {
         Ok(Many {
             rows: self.rows.unwrap_or_default().into_iter().map(RawRow::entry).collect::<Result<_>>()?,
             missing: self.missing.unwrap_or_default(),
@@ -508,7 +407,7 @@ impl RawResult {
         })
     }
 
-    pub(crate) fn page(self) -> Result<Page> {
+    fn page(self) -> Result<Page> {
         Ok(Page {
             rows: self.rows.unwrap_or_default().into_iter().map(RawRow::entry).collect::<Result<_>>()?,
             truncated: self.truncated.unwrap_or(false),
@@ -516,7 +415,7 @@ impl RawResult {
         })
     }
 
-    pub(crate) fn key_page(self) -> KeyPage {
+    fn key_page(self) -> KeyPage {
         KeyPage {
             rows: self.rows.unwrap_or_default().into_iter().map(RawRow::key_entry).collect(),
             truncated: self.truncated.unwrap_or(false),
@@ -524,7 +423,7 @@ impl RawResult {
         }
     }
 
-    pub(crate) fn write(self) -> Write {
+    fn write(self) -> Write {
         Write {
             applied: self.applied.unwrap_or(false),
             reason: self.reason.as_deref().map(Reason::parse),
@@ -535,7 +434,7 @@ impl RawResult {
     }
 
     /// The typed result of whichever op this answers.
-    pub(crate) fn typed(self) -> Result<KvResult> {
+    fn typed(self) -> Result<KvResult> {
         Ok(match self.op.as_str() {
             "get" => KvResult::Get(self.get()?),
             "getMany" => KvResult::Many(self.many()?),
@@ -599,25 +498,6 @@ impl<B> Clone for Kv<B> {
     }
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Answer {
-    #[serde(default)]
-    results: Option<Vec<RawResult>>,
-    #[serde(default)]
-    reason: Option<String>,
-    #[serde(default)]
-    failed_index: Option<usize>,
-    #[serde(default)]
-    kv_reason: Option<String>,
-    #[serde(default)]
-    key: Option<String>,
-    #[serde(default, deserialize_with = "some_raw")]
-    value: Option<Box<RawValue>>,
-    #[serde(default)]
-    version: Option<u64>,
-}
-
 /// What a call came to: one result per op, or a lost `required` precondition.
 enum Ran {
     Results(Vec<RawResult>),
@@ -633,21 +513,20 @@ impl<B: Broker> Kv<B> {
     async fn call(&self, ops: &[KvOp]) -> Result<Ran> {
         let body = format!("{{\"operations\":{}}}", queen_wire::ops_to_wire(ops));
         let json = self.broker.kv(&body).await?;
-        let answer: Answer = json.decode().map_err(|e| Error::decode("kv answer", e))?;
+        let answer: queen_wire::KvAnswer = json.decode().map_err(|e| Error::decode("kv answer", e))?;
+        if let Some(lost) = answer.precondition_lost() {
+            return Ok(Ran::Lost(BatchOutcome::PreconditionLost {
+                failed_index: lost.failed_index,
+                reason: Reason::parse(&lost.kv_reason),
+                key: lost.key,
+                value: lost.value.filter(|_| lost.version > 0),
+                version: lost.version,
+            }));
+        }
         match answer.results {
             Some(results) if results.len() == ops.len() => Ok(Ran::Results(results)),
             Some(results) => {
                 Err(Error::Decode(format!("kv answered {} results for {} ops", results.len(), ops.len())))
-            }
-            None if answer.reason.as_deref() == Some("kv_precondition") => {
-                let version = answer.version.unwrap_or(0);
-                Ok(Ran::Lost(BatchOutcome::PreconditionLost {
-                    failed_index: answer.failed_index.unwrap_or(0),
-                    reason: Reason::parse(answer.kv_reason.as_deref().unwrap_or("")),
-                    key: answer.key,
-                    value: answer.value.filter(|_| version > 0),
-                    version,
-                }))
             }
             None => Err(Error::Decode(format!("kv answered no results (reason {:?})", answer.reason))),
         }

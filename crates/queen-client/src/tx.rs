@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 use crate::broker::Broker;
 use crate::client::Queen;
 use crate::error::{Error, Result};
-use crate::kv::{ops, some_raw, Expect, Expiry, Incr, KvResult, RawResult, Reason};
+use crate::kv::{ops, some_raw, Expect, Expiry, Incr, KvResult, RawResult, Reason, TypedResult};
 use crate::locks::{Permit, LOCKS_NAMESPACE};
 use crate::message::{AckStatus, Message, PushItem};
 use crate::timers::{TimerResult, TimerSpec};

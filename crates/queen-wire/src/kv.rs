@@ -1,41 +1,81 @@
 //! KV operations as the wire and the embedded API carry them.
 
+use std::num::NonZeroU64;
+use std::time::Duration;
+
 use serde_json::value::RawValue;
 
-/// Every write carries exactly one expiry; there is no default.
+/// A value a KV type refused to hold (a zero TTL, a fractional TTL, a
+/// version 0 precondition): the message says which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invalid(pub String);
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+/// How long a written key lives. Every write names one; there is no default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {
-    /// Dies this many seconds after the write (must be > 0).
-    Ttl(u64),
+    /// Dies this many seconds after the write (after the creation, for `incr`).
+    Ttl(NonZeroU64),
     /// Lives until deleted.
     Forever,
 }
 
 impl Expiry {
+    /// A TTL of `seconds`; zero is refused.
+    pub fn secs(seconds: u64) -> Result<Self, Invalid> {
+        NonZeroU64::new(seconds)
+            .map(Expiry::Ttl)
+            .ok_or_else(|| Invalid("a TTL must be at least 1 second".into()))
+    }
+
+    /// A TTL of a whole number of seconds; zero or a fraction is refused.
+    pub fn ttl(d: Duration) -> Result<Self, Invalid> {
+        if d.subsec_nanos() != 0 {
+            return Err(Invalid(format!("a TTL is whole seconds, not {d:?}")));
+        }
+        Expiry::secs(d.as_secs())
+    }
+
     /// The `(ttl seconds, forever)` pair every KV statement takes.
     pub fn columns(self) -> (Option<i64>, Option<bool>) {
         match self {
-            Expiry::Ttl(s) => (Some(s as i64), None),
+            Expiry::Ttl(s) => (Some(i64::try_from(s.get()).unwrap_or(i64::MAX)), None),
             Expiry::Forever => (None, Some(true)),
         }
     }
 }
 
-/// A precondition on the version of a key.
+/// A precondition on a key's live version.
+///
+/// A write without one is a different method or a `None` (`put` versus
+/// `put_expect`), so "no precondition" and "must not exist" cannot be
+/// confused; a version is never 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
-    /// The key must not exist (live).
+    /// The key must not exist (wire `expect: 0`).
     Absent,
-    /// The live version must be this one.
-    Version(u64),
+    /// The live version must be this one (a pure update: creates nothing).
+    Version(NonZeroU64),
 }
 
 impl Expect {
+    /// The precondition the wire's `expect: n` means: 0 is absent.
+    pub fn from_wire(version: u64) -> Self {
+        NonZeroU64::new(version).map_or(Expect::Absent, Expect::Version)
+    }
+
     /// The version the wire sends: 0 for absent.
     pub fn wire(self) -> u64 {
         match self {
             Expect::Absent => 0,
-            Expect::Version(v) => v,
+            Expect::Version(v) => v.get(),
         }
     }
 }
@@ -240,4 +280,138 @@ impl KvOp {
 pub fn ops_to_wire(ops: &[KvOp]) -> String {
     let items: Vec<String> = ops.iter().map(KvOp::to_wire).collect();
     format!("[{}]", items.join(","))
+}
+
+/// Reads a present JSON value (`null` included) as `Some`, so that a stored
+/// `null` and an absent field stay apart.
+fn some_raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    <Box<RawValue> as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// One result element of a KV call, as the wire has it: the engine's
+/// embedded answer and the SDK's HTTP answer are read with this one type.
+/// Which fields are set depends on the op: reads set `found` (get) or
+/// `rows`; writes set `applied`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvResult {
+    /// Position in the call (flat index inside a transaction).
+    #[serde(default)]
+    pub index: usize,
+    /// The op name sent.
+    #[serde(default)]
+    pub op: String,
+    /// The key, for single-key ops.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// get: whether a live key exists. Distinct from `value`, since null is a legal value.
+    #[serde(default)]
+    pub found: Option<bool>,
+    /// Writes: whether the write happened.
+    #[serde(default)]
+    pub applied: Option<bool>,
+    /// Why a write did not apply: exists, absent, version, limit or type.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The value (written, current, or read), as raw JSON; `Some("null")` is a stored null.
+    #[serde(default, deserialize_with = "some_raw")]
+    pub value: Option<Box<RawValue>>,
+    /// The version (0 when nothing live is there).
+    #[serde(default)]
+    pub version: Option<u64>,
+    /// Expiry of a read row (`None` for forever).
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// Last write of a read row.
+    #[serde(default)]
+    pub updated_at: Option<String>,
+    /// getMany / getPrefix rows.
+    #[serde(default)]
+    pub rows: Option<Vec<KvRow>>,
+    /// getMany: absent keys in request order.
+    #[serde(default)]
+    pub missing: Option<Vec<String>>,
+    /// Multi-key reads: more rows exist than were returned.
+    #[serde(default)]
+    pub truncated: Option<bool>,
+    /// getPrefix: the `after` of the next page.
+    #[serde(default)]
+    pub next_after: Option<String>,
+}
+
+/// A row of a multi-key read.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvRow {
+    /// The key.
+    pub key: String,
+    /// Absent when the page was `keysOnly`.
+    #[serde(default, deserialize_with = "some_raw")]
+    pub value: Option<Box<RawValue>>,
+    /// The version.
+    pub version: u64,
+    /// `None` for forever.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// Last write.
+    #[serde(default)]
+    pub updated_at: Option<String>,
+}
+
+/// The body of a KV call: its results, or the refusal of a lost `required`
+/// precondition (`reason: "kv_precondition"`, nothing written).
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KvAnswer {
+    /// One result per op, index-aligned.
+    #[serde(default)]
+    pub results: Option<Vec<KvResult>>,
+    /// `kv_precondition` when a required op lost.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Index of the op that lost.
+    #[serde(default)]
+    pub failed_index: Option<usize>,
+    /// exists, absent, version, limit or type.
+    #[serde(default)]
+    pub kv_reason: Option<String>,
+    /// The key of the op that lost.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The winner's value.
+    #[serde(default, deserialize_with = "some_raw")]
+    pub value: Option<Box<RawValue>>,
+    /// The winner's version (0 when absent).
+    #[serde(default)]
+    pub version: Option<u64>,
+}
+
+impl KvAnswer {
+    /// The lost precondition this body reports, if it is one.
+    pub fn precondition_lost(&self) -> Option<PreconditionLost> {
+        (self.results.is_none() && self.reason.as_deref() == Some("kv_precondition")).then(|| {
+            PreconditionLost {
+                failed_index: self.failed_index.unwrap_or(0),
+                kv_reason: self.kv_reason.clone().unwrap_or_default(),
+                key: self.key.clone(),
+                version: self.version.unwrap_or(0),
+                value: self.value.clone(),
+            }
+        })
+    }
+}
+
+/// A lost `required` precondition: nothing was written.
+#[derive(Debug, Clone)]
+pub struct PreconditionLost {
+    /// Index of the op that lost.
+    pub failed_index: usize,
+    /// exists, absent, version, limit or type.
+    pub kv_reason: String,
+    /// The key.
+    pub key: Option<String>,
+    /// The winner's version (0 when absent).
+    pub version: u64,
+    /// The winner's value.
+    pub value: Option<Box<RawValue>>,
 }

@@ -127,7 +127,7 @@ async fn embedded_put_if_absent_and_expect_absent_lose_with_the_winners_value_an
 #[tokio::test]
 async fn embedded_expect_version_is_a_pure_update_that_creates_nothing() {
     let b = TestBroker::start().await;
-    let r = one(&b.engine, put_expect("k", "1", Expect::Version(9), false)).await;
+    let r = one(&b.engine, put_expect("k", "1", Expect::from_wire(9), false)).await;
     assert_eq!(r.applied, Some(false));
     assert_eq!(r.reason.as_deref(), Some("absent"));
     assert_eq!(r.version, Some(0));
@@ -135,20 +135,20 @@ async fn embedded_expect_version_is_a_pure_update_that_creates_nothing() {
     assert_eq!(one(&b.engine, get("k")).await.found, Some(false));
 
     let w = one(&b.engine, put("k", r#""v1""#, Expiry::Forever)).await;
-    let v1 = w.version.unwrap() as u64;
-    let r = one(&b.engine, put_expect("k", r#""v2""#, Expect::Version(v1 + 7), false)).await;
+    let v1 = w.version.unwrap();
+    let r = one(&b.engine, put_expect("k", r#""v2""#, Expect::from_wire(v1 + 7), false)).await;
     assert_eq!(r.reason.as_deref(), Some("version"));
     assert_eq!(value(&r), json!("v1"));
-    assert_eq!(r.version, Some(v1 as i64));
-    let r = one(&b.engine, put_expect("k", r#""v2""#, Expect::Version(v1), false)).await;
+    assert_eq!(r.version, Some(v1));
+    let r = one(&b.engine, put_expect("k", r#""v2""#, Expect::from_wire(v1), false)).await;
     assert_eq!(r.applied, Some(true));
-    assert!(r.version.unwrap() > v1 as i64);
+    assert!(r.version.unwrap() > v1);
 }
 
 #[tokio::test]
 async fn embedded_put_replaces_the_expiry_it_carries() {
     let b = TestBroker::start().await;
-    one(&b.engine, put("k", "1", Expiry::Ttl(3600))).await;
+    one(&b.engine, put("k", "1", Expiry::secs(3600).unwrap())).await;
     let ttl = one(&b.engine, get("k")).await;
     assert!(ttl.expires_at.is_some());
     one(&b.engine, put("k", "2", Expiry::Forever)).await;
@@ -161,7 +161,7 @@ async fn embedded_put_replaces_the_expiry_it_carries() {
 async fn embedded_a_one_second_ttl_is_gone_by_1200_ms_and_expect_absent_wins_over_it() {
     let b = TestBroker::start().await;
     let written = std::time::Instant::now();
-    let w = one(&b.engine, put("t", r#""short""#, Expiry::Ttl(1))).await;
+    let w = one(&b.engine, put("t", r#""short""#, Expiry::secs(1).unwrap())).await;
     let alive = one(&b.engine, get("t")).await;
     if written.elapsed() < Duration::from_millis(900) {
         assert_eq!(alive.found, Some(true), "alive before its second is up");
@@ -185,7 +185,7 @@ async fn embedded_incr_counts_from_zero_refuses_at_limits_and_guards_the_type() 
     assert_eq!(value(&r), json!(1), "the current number");
     let r = one(&b.engine, incr("c", "-2", Some("0"), None, Expiry::Forever)).await;
     assert_eq!(r.reason.as_deref(), Some("limit"));
-    let r = one(&b.engine, incr("absent", "10", None, Some("5"), Expiry::Ttl(60))).await;
+    let r = one(&b.engine, incr("absent", "10", None, Some("5"), Expiry::secs(60).unwrap())).await;
     assert_eq!(r.reason.as_deref(), Some("limit"));
     assert_eq!(value(&r), json!(0));
     assert_eq!(r.version, Some(0));
@@ -200,9 +200,9 @@ async fn embedded_incr_counts_from_zero_refuses_at_limits_and_guards_the_type() 
 async fn embedded_incr_keeps_every_digit_and_its_ttl_only_on_create() {
     let b = TestBroker::start().await;
     let e30 = format!("1{}", "0".repeat(30));
-    one(&b.engine, incr("big", &e30, None, None, Expiry::Ttl(3600))).await;
+    one(&b.engine, incr("big", &e30, None, None, Expiry::secs(3600).unwrap())).await;
     let before = one(&b.engine, get("big")).await;
-    let r = one(&b.engine, incr("big", &e30, None, None, Expiry::Ttl(5))).await;
+    let r = one(&b.engine, incr("big", &e30, None, None, Expiry::secs(5).unwrap())).await;
     assert_eq!(r.value.as_ref().unwrap().get(), format!("2{}", "0".repeat(30)), "no digit lost");
     let after = one(&b.engine, get("big")).await;
     assert_eq!(after.value.as_ref().unwrap().get(), format!("2{}", "0".repeat(30)));
@@ -245,7 +245,7 @@ async fn embedded_a_lost_required_precondition_is_precondition_lost_and_writes_n
             KvOp::Check {
                 ns: s(NS),
                 key: s("taken"),
-                expect: Expect::Version(w.version.unwrap() as u64),
+                expect: Expect::from_wire(w.version.unwrap()),
                 required: true,
             },
             put("effect", "1", Expiry::Forever),
@@ -261,12 +261,12 @@ async fn embedded_a_lost_required_precondition_is_precondition_lost_and_writes_n
 async fn embedded_delete_and_check_answer_the_state_of_the_key() {
     let b = TestBroker::start().await;
     let w = one(&b.engine, put("k", r#""v""#, Expiry::Forever)).await;
-    let v = w.version.unwrap() as u64;
+    let v = w.version.unwrap();
     let c =
         one(&b.engine, KvOp::Check { ns: s(NS), key: s("k"), expect: Expect::Absent, required: false }).await;
     assert_eq!(c.reason.as_deref(), Some("exists"));
     let c =
-        one(&b.engine, KvOp::Check { ns: s(NS), key: s("k"), expect: Expect::Version(v), required: false })
+        one(&b.engine, KvOp::Check { ns: s(NS), key: s("k"), expect: Expect::from_wire(v), required: false })
             .await;
     assert_eq!(c.applied, Some(true));
     let d =
@@ -275,12 +275,12 @@ async fn embedded_delete_and_check_answer_the_state_of_the_key() {
     let d = one(&b.engine, KvOp::Delete { ns: s(NS), key: s("k"), expect: None, required: false }).await;
     assert_eq!(d.applied, Some(true));
     assert_eq!(value(&d), json!("v"));
-    assert_eq!(d.version, Some(v as i64));
+    assert_eq!(d.version, Some(v));
     let d = one(&b.engine, KvOp::Delete { ns: s(NS), key: s("k"), expect: None, required: false }).await;
     assert_eq!(d.reason.as_deref(), Some("absent"));
     assert_eq!(d.version, Some(0));
     let c =
-        one(&b.engine, KvOp::Check { ns: s(NS), key: s("k"), expect: Expect::Version(v), required: false })
+        one(&b.engine, KvOp::Check { ns: s(NS), key: s("k"), expect: Expect::from_wire(v), required: false })
             .await;
     assert_eq!(c.reason.as_deref(), Some("absent"));
 }
@@ -375,7 +375,7 @@ async fn embedded_bad_input_is_rejected_with_the_kv_reason_and_writes_nothing() 
     let e = &b.engine;
     let canary = || put("canary", "1", Expiry::Forever);
     let cases: Vec<(Vec<KvOp>, u16, &str)> = vec![
-        (vec![canary(), put("k", "1", Expiry::Ttl(0))], 400, "kv_bad_ttl"),
+        (vec![canary(), put("k", "1", Expiry::secs(3_153_600_001).unwrap())], 400, "kv_bad_ttl"),
         (vec![canary(), KvOp::Get { ns: s("Bad NS"), key: s("k") }], 400, "kv_bad_namespace"),
         (vec![canary(), KvOp::Get { ns: s("a".repeat(65).as_str()), key: s("k") }], 400, "kv_bad_namespace"),
         (vec![canary(), get("")], 400, "kv_bad_key"),

@@ -300,7 +300,7 @@ async fn random_write_sequences_match_a_model_of_versions_preconditions_and_incr
                             key: key_s,
                             value: raw(&new_value),
                             expiry: Expiry::Forever,
-                            expect: Some(Expect::Version(expect as u64)),
+                            expect: Some(Expect::from_wire(expect as u64)),
                             required: false,
                         },
                         want,
@@ -326,9 +326,9 @@ async fn random_write_sequences_match_a_model_of_versions_preconditions_and_incr
                     let expect = if rng.below(3) == 0 {
                         Expect::Absent
                     } else if rng.below(2) == 0 {
-                        Expect::Version(cur_version.max(1) as u64)
+                        Expect::from_wire(cur_version.max(1) as u64)
                     } else {
-                        Expect::Version(high as u64 + 1)
+                        Expect::from_wire(high as u64 + 1)
                     };
                     let want = match (&cur, expect) {
                         (None, Expect::Absent) => {
@@ -336,7 +336,7 @@ async fn random_write_sequences_match_a_model_of_versions_preconditions_and_incr
                         }
                         (Some(_), Expect::Absent) => refused("exists"),
                         (None, Expect::Version(_)) => refused("absent"),
-                        (Some((_, v)), Expect::Version(e)) if *v == e as i64 => {
+                        (Some((_, v)), Expect::Version(e)) if *v == e.get() as i64 => {
                             Want { applied: true, reason: None, value: serde_json::Value::Null }
                         }
                         (Some(_), Expect::Version(_)) => refused("version"),
@@ -395,7 +395,7 @@ async fn random_write_sequences_match_a_model_of_versions_preconditions_and_incr
                     serde_json::from_str(r.value.as_ref().expect("value").get()).unwrap();
                 assert_eq!(got, want.value, "{what}");
             }
-            let version = r.version.expect("version");
+            let version = r.version.expect("version") as i64;
             let cur_version = model.get(key).map(|c| c.1).unwrap_or(0);
             let writes = want.applied && !is_check;
             if writes && !matches!(op, KvOp::Delete { .. }) {
@@ -431,7 +431,7 @@ async fn random_write_sequences_match_a_model_of_versions_preconditions_and_incr
             .rows
             .unwrap()
             .into_iter()
-            .map(|row| (row.key, serde_json::from_str(row.value.unwrap().get()).unwrap(), row.version))
+            .map(|row| (row.key, serde_json::from_str(row.value.unwrap().get()).unwrap(), row.version as i64))
             .collect();
         let want: Vec<(String, serde_json::Value, i64)> =
             model.iter().map(|(k, (v, ver))| (k.to_string(), v.clone(), *ver)).collect();

@@ -83,13 +83,18 @@ impl Engine {
     pub async fn kv_ops(&self, ops: &[KvOp]) -> Result<KvOutcome, EngineError> {
         match self.kv(&ops_to_wire(ops)).await {
             Ok(json) => {
-                let r: Results = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
-                Ok(KvOutcome::Done(r.results))
+                let answer: KvAnswer = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
+                answer
+                    .results
+                    .map(KvOutcome::Done)
+                    .ok_or_else(|| EngineError::Protocol("kv answered no results".into()))
             }
             Err(EngineError::Refused(body)) => {
-                let lost: PreconditionLost =
+                let answer: KvAnswer =
                     serde_json::from_str(&body).map_err(|e| EngineError::Protocol(e.to_string()))?;
-                Ok(KvOutcome::PreconditionLost(lost))
+                answer.precondition_lost().map(KvOutcome::PreconditionLost).ok_or_else(|| {
+                    EngineError::Protocol(format!("kv refused without a lost precondition: {body}"))
+                })
             }
             Err(e) => Err(e),
         }

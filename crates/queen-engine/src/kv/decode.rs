@@ -195,7 +195,7 @@ fn decode_op(f: &str, o: &RawValue, in_tx: bool) -> Result<KvOp, EngineError> {
         } else {
             let ttl = int_arg(&fields, "ttlSeconds", f, "kv_bad_ttl")?.unwrap_or_default();
             match ttl.parse::<u64>() {
-                Ok(s) if (1..=MAX_TTL_SECONDS).contains(&s) => expiry = Some(Expiry::Ttl(s)),
+                Ok(s) if s <= MAX_TTL_SECONDS && Expiry::secs(s).is_ok() => expiry = Expiry::secs(s).ok(),
                 _ => {
                     return Err(kv_reject(
                         "kv_bad_ttl",
@@ -232,7 +232,7 @@ fn decode_op(f: &str, o: &RawValue, in_tx: bool) -> Result<KvOp, EngineError> {
         Some(_) => return Err(kv_reject("kv_bad_body", &format!("{f}.required must be a boolean"))),
     };
 
-    let as_expect = |v: u64| if v == 0 { Expect::Absent } else { Expect::Version(v) };
+    let as_expect = Expect::from_wire;
     let expiry = expiry.unwrap_or(Expiry::Forever);
     Ok(match name.as_str() {
         "get" => KvOp::Get { ns, key },
@@ -418,7 +418,7 @@ mod tests {
         match &ops[0] {
             KvOp::Put { value, expiry, expect, .. } => {
                 assert_eq!(value.get(), r#"{"n":1.50}"#);
-                assert_eq!(*expiry, Expiry::Ttl(60));
+                assert_eq!(*expiry, Expiry::secs(60).unwrap());
                 assert_eq!(*expect, Some(Expect::Absent));
             }
             other => panic!("{other:?}"),

@@ -10,7 +10,7 @@ pub(crate) mod decode;
 pub(crate) mod read;
 pub(crate) mod write;
 
-pub use queen_wire::{ops_to_wire, Expect, Expiry, KvOp};
+pub use queen_wire::{ops_to_wire, Expect, Expiry, KvAnswer, KvOp, KvResult, KvRow, PreconditionLost};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -34,61 +34,6 @@ pub(crate) fn kv_input_error(e: EngineError) -> EngineError {
     }
 }
 
-fn some_raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
-}
-
-/// One result element of a KV call. Which fields are set depends on the op:
-/// reads set `found` (get) or `rows`; writes set `applied`.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KvResult {
-    /// Position in the call (flat index inside a transaction).
-    pub index: usize,
-    /// The op name sent.
-    pub op: String,
-    /// The key, for single-key ops.
-    pub key: Option<String>,
-    /// get: whether a live key exists. Distinct from `value`, since null is a legal value.
-    pub found: Option<bool>,
-    /// Writes: whether the write happened.
-    pub applied: Option<bool>,
-    /// Why a write did not apply: exists, absent, version, limit or type.
-    pub reason: Option<String>,
-    /// The value (written, current, or read), as raw JSON; `Some("null")` is a stored null.
-    #[serde(default, deserialize_with = "some_raw")]
-    pub value: Option<Box<RawValue>>,
-    /// The version (0 when nothing live is there).
-    pub version: Option<i64>,
-    /// Expiry of a read row (`None` for forever).
-    pub expires_at: Option<String>,
-    /// getMany / getPrefix rows.
-    pub rows: Option<Vec<KvRow>>,
-    /// getMany: absent keys in request order.
-    pub missing: Option<Vec<String>>,
-    /// Multi-key reads: more rows exist than were returned.
-    pub truncated: Option<bool>,
-    /// getPrefix: the `after` of the next page.
-    pub next_after: Option<String>,
-}
-
-/// A row of a multi-key read.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct KvRow {
-    /// The key.
-    pub key: String,
-    /// Absent when the page was `keysOnly`.
-    #[serde(default, deserialize_with = "some_raw")]
-    pub value: Option<Box<RawValue>>,
-    /// The version.
-    pub version: i64,
-    /// `None` for forever.
-    pub expires_at: Option<String>,
-    /// Last write.
-    pub updated_at: String,
-}
-
 /// What a KV call answered.
 #[derive(Debug)]
 pub enum KvOutcome {
@@ -96,23 +41,6 @@ pub enum KvOutcome {
     Done(Vec<KvResult>),
     /// A `required` op lost its precondition: nothing was written.
     PreconditionLost(PreconditionLost),
-}
-
-/// The body of a lost `required` precondition.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PreconditionLost {
-    /// Index of the op that lost.
-    pub failed_index: usize,
-    /// exists, absent, version, limit or type.
-    pub kv_reason: String,
-    /// The key.
-    pub key: Option<String>,
-    /// The winner's version (0 when absent).
-    pub version: i64,
-    /// The winner's value.
-    #[serde(default, deserialize_with = "some_raw")]
-    pub value: Option<Box<RawValue>>,
 }
 
 /// The typed arrays of `queen.kv_apply`: one element per op.
@@ -342,9 +270,4 @@ pub(crate) async fn write_one(client: &crate::db::Conn, op: &KvOp) -> Result<Str
         }
     };
     Ok(row.try_get(0)?)
-}
-
-#[derive(Deserialize)]
-pub(crate) struct Results {
-    pub(crate) results: Vec<KvResult>,
 }

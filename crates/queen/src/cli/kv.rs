@@ -68,10 +68,11 @@ pub(crate) struct ExpiryArgs {
 }
 
 impl ExpiryArgs {
-    fn expiry(&self) -> Expiry {
+    /// A zero TTL is a usage error (exit 2), as the broker would refuse it.
+    fn expiry(&self) -> Result<Expiry, Failure> {
         match self.ttl {
-            Some(s) => Expiry::Ttl(s),
-            None => Expiry::Forever,
+            Some(s) => Expiry::secs(s).map_err(|e| Failure::Usage(e.to_string())),
+            None => Ok(Expiry::Forever),
         }
     }
 }
@@ -218,11 +219,11 @@ pub(crate) async fn run(ctx: &Ctx, command: KvCommand) -> Outcome {
         KvCommand::Get { ns, key } => get(ctx, ns, key).await,
         KvCommand::Put(a) => {
             let value = payload(&a.value, "the value")?;
-            let (ns, key, expiry) = (a.ns, a.key, a.expiry.expiry());
+            let (ns, key, expiry) = (a.ns, a.key, a.expiry.expiry()?);
             let op = if a.if_absent {
                 KvOp::PutIfAbsent { ns, key, value, expiry, required: false }
             } else {
-                KvOp::Put { ns, key, value, expiry, expect: a.expect.map(Expect::Version), required: false }
+                KvOp::Put { ns, key, value, expiry, expect: a.expect.map(Expect::from_wire), required: false }
             };
             write(ctx, "put", &op).await
         }
@@ -234,7 +235,7 @@ pub(crate) async fn run(ctx: &Ctx, command: KvCommand) -> Outcome {
                 delta: n(a.by)?,
                 min: a.min.map(n).transpose()?,
                 max: a.max.map(n).transpose()?,
-                expiry: a.expiry.expiry(),
+                expiry: a.expiry.expiry()?,
                 required: false,
             };
             write(ctx, "incr", &op).await
