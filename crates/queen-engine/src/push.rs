@@ -228,7 +228,8 @@ impl<'a> PushColumns<'a> {
                 out.push(',');
             }
             let drawn = self.new_txids.get(k).and_then(Option::as_deref);
-            let txid = self.transaction_ids[k].or(drawn).unwrap_or_default();
+            // Null only if the database drew the id (the random source failed).
+            let txid = self.transaction_ids[k].or(drawn).map_or_else(|| "null".to_owned(), quoted);
             let queue = self.queues[k];
             let id = match pushed.ids[k] {
                 Some(id) => format!("\"{id}\""),
@@ -245,7 +246,7 @@ impl<'a> PushColumns<'a> {
             let _ = write!(
                 out,
                 "{{\"index\":{index},\"message_id\":{id},\"transaction_id\":{},\"queueName\":{},\"status\":\"{status}\"",
-                quoted(txid),
+                txid,
                 quoted(queue)
             );
             if status == "failed" {
@@ -291,12 +292,24 @@ pub(crate) fn draw_missing_ids(items: &mut [PushItem]) {
 /// Gives every item without a transaction id one, drawn as a push draws
 /// them: for callers whose answers name each item's transaction id (a
 /// bundle's push results, a stream cycle's push_results), which
-/// `queen.push_rows` does not answer. Left to the database (and answered
-/// as null) only if the system's random source fails.
+/// `queen.push_rows` does not answer. Should the system's random source
+/// fail, the random bits come from a process-wide counter and the clock
+/// instead, so that no answer names an empty id. (They pass as the items'
+/// own ids, so each costs one dedup probe that a push's drawn id skips.)
 pub(crate) fn own_transaction_ids(items: &mut [PushItem]) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static FALLBACK: AtomicU64 = AtomicU64::new(0);
     draw_missing_ids(items);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let millis = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
     for item in items.iter_mut().filter(|i| i.transaction_id.is_none()) {
-        item.transaction_id = item.drawn_id.take();
+        let drawn = item.drawn_id.take().unwrap_or_else(|| {
+            let mut random = [0u8; 10];
+            random[..8].copy_from_slice(&FALLBACK.fetch_add(1, Ordering::Relaxed).to_be_bytes());
+            random[8..].copy_from_slice(&(now.subsec_nanos() as u16).to_be_bytes());
+            v7(millis, random)
+        });
+        item.transaction_id = Some(drawn);
     }
 }
 
@@ -450,6 +463,21 @@ mod tests {
         assert_eq!(tails.len(), 3);
         // The top two bits are the RFC 9562 variant, 10.
         assert!(tails.iter().all(|&t| (t as u64) >> 62 == 0b10), "{tails:?}");
+    }
+
+    #[test]
+    fn bundles_and_cycles_carry_a_drawn_id_as_their_own_and_keep_given_ones() {
+        let mut items =
+            decode_push_items(r#"[{"queue":"q"},{"queue":"q","transactionId":"mine"},{"queue":"q"}]"#)
+                .unwrap();
+        own_transaction_ids(&mut items);
+        assert_eq!(items[1].transaction_id.as_deref(), Some("mine"));
+        for item in [&items[0], &items[2]] {
+            let id = uuid::Uuid::parse_str(item.transaction_id.as_deref().unwrap()).unwrap();
+            assert_eq!(id.get_version_num(), 7);
+            assert!(item.drawn_id.is_none(), "the drawn id became the item's own");
+        }
+        assert_ne!(items[0].transaction_id, items[2].transaction_id);
     }
 
     #[test]

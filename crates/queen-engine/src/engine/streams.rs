@@ -150,6 +150,8 @@ impl Engine {
 
 /// A cycle's answer: what `queen.stream_cycle` answered, with its
 /// push_results written by the push's one writer (`PushColumns::answer`).
+/// `Cycled` names every field `stream_cycle` answers (streams.sql): a field
+/// added there must be added here, or the answer drops it.
 fn cycle_answer(result: &str, push_results: Option<&Json>) -> Result<Json, EngineError> {
     use serde_json::value::RawValue;
     #[derive(serde::Deserialize, serde::Serialize)]
