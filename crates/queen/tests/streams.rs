@@ -352,3 +352,49 @@ async fn a_failed_cycle_dead_letters_after_the_retry_limit() {
         .await;
     assert_eq!(retries, 0);
 }
+
+/// A cycle's push_results are the 201 body's elements (one writer,
+/// `PushColumns::answer`): each emit's index, the stored message's id, its
+/// transaction id (drawn by the engine when the emit has none) and status.
+/// A cycle without emits answers an empty list, and so does its replay.
+#[tokio::test]
+async fn a_cycles_push_results_name_each_stored_emit_as_a_push_answers_it() {
+    let b = TestBroker::start().await;
+    let qid = query(&b).await;
+    let pop = leased_batch(&b, 2).await;
+    let lease = pop["leaseId"].as_str().unwrap();
+    let mut body = cycle(&qid, &pop, lease, 3, 2, true, 1);
+    body["push_items"][1]["transactionId"] = json!("emit-1");
+    let (status, ok) = b.post("/streams/v1/cycle", &body).await;
+    assert_eq!((status, ok["success"].clone()), (200, json!(true)), "{ok}");
+    let results = ok["push_results"].as_array().expect("push_results");
+    assert_eq!(results.len(), 2, "{ok}");
+    let stored = b.sql().await;
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(
+            (r["index"].clone(), r["status"].clone(), r["queueName"].clone()),
+            (json!(i), json!("queued"), json!("dst"))
+        );
+        let txid = r["transaction_id"].as_str().expect("a transaction id");
+        let id: String = stored
+            .query_one("SELECT id::text FROM queen.messages WHERE transaction_id = $1", &[&txid])
+            .await
+            .expect("the emit is stored under the answered transaction id")
+            .get(0);
+        assert_eq!(r["message_id"], json!(id), "{ok}");
+    }
+    assert_eq!(results[1]["transaction_id"], "emit-1");
+    let drawn = uuid::Uuid::parse_str(results[0]["transaction_id"].as_str().unwrap()).expect("a uuid");
+    assert_eq!(drawn.get_version_num(), 7, "the engine draws a missing id as a push does");
+
+    // No emits: an empty list, not a missing field.
+    b.push("src", "Default", &[("quiet", json!({"amount": 9}))]).await;
+    let pop = b.pop_some("src", &format!("batch=100&consumerGroup={GROUP}")).await;
+    let lease = pop["leaseId"].as_str().unwrap();
+    let (_, quiet) = b.post("/streams/v1/cycle", &cycle(&qid, &pop, lease, 4, 0, true, 0)).await;
+    assert_eq!(
+        (quiet["success"].clone(), quiet["push_results"].clone()),
+        (json!(true), json!([])),
+        "{quiet}"
+    );
+}
