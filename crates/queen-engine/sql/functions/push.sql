@@ -444,3 +444,12 @@ BEGIN
     PERFORM queen.encryption_changed(v_unsealed);
   END IF;
 END $$;
+
+-- The 1-based position of the first item push_rows did not queue (a
+-- duplicate or a maxSize refusal) in its `verdicts`, NULL when all were
+-- queued: callers that push all or nothing (a bundle, a stream cycle)
+-- refuse on it. An expression, inlined: no statement of its own.
+CREATE OR REPLACE FUNCTION queen.first_unqueued(p_verdicts text) RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+  SELECT nullif(length(p_verdicts) - length(ltrim(p_verdicts, 'q')) + 1, length(p_verdicts) + 1)
+$$;

@@ -165,7 +165,7 @@ BEGIN
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
     SELECT x.ids, x.verdicts, x.queued INTO push_ids, v_verdicts, queued
       FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL, p_subs => p_subs) x;
-    SELECT min(v.n) INTO v_bad FROM unnest(string_to_array(v_verdicts, NULL)) WITH ORDINALITY v(c, n) WHERE v.c <> 'q';
+    v_bad := queen.first_unqueued(v_verdicts);
     IF v_bad IS NOT NULL THEN
       PERFORM queen.stream_refuse(CASE WHEN substr(v_verdicts, v_bad, 1) = 'f'
         THEN 'Queue ''' || p_queues[v_bad] || ''' would exceed max capacity'

@@ -68,7 +68,7 @@ BEGIN
     -- its transaction id (the engine draws the missing ones).
     SELECT x.ids, x.verdicts INTO v_ids, v_verdicts
       FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL, p_subs => p_push_subs) x;
-    SELECT min(v.n) INTO v_bad FROM unnest(string_to_array(v_verdicts, NULL)) WITH ORDINALITY v(c, n) WHERE v.c <> 'q';
+    v_bad := queen.first_unqueued(v_verdicts);
     IF v_bad IS NOT NULL THEN
       RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
         'transactionId', p_tx_id, 'success', false, 'reason', 'duplicate', 'results', '[]'::json,
