@@ -138,6 +138,14 @@ const FUNCTIONS: &[&str] = &[
     include_str!("../sql/functions/sealing.sql"),
 ];
 
+/// The function files as applied: the wire's names written over their
+/// placeholders, so that each is spelled once (in `queen-wire`).
+fn function_text() -> String {
+    // A single quote would end the SQL literal the placeholder sits in.
+    debug_assert!(!queen_wire::QUEUE_MODE.contains('\''));
+    FUNCTIONS.concat().replace("{{QUEUE_MODE}}", queen_wire::QUEUE_MODE)
+}
+
 /// A digest of every migration and function file: equal digests mean equal
 /// schemas, so a migrated template database can be reused by tests.
 pub fn schema_digest() -> String {
@@ -146,7 +154,7 @@ pub fn schema_digest() -> String {
     for m in MIGRATIONS {
         m.sql.hash(&mut h);
     }
-    FUNCTIONS.hash(&mut h);
+    function_text().hash(&mut h);
     format!("{:016x}", h.finish())
 }
 
@@ -190,7 +198,7 @@ pub async fn migrate(client: &mut Client) -> Result<(), EngineError> {
         )
         .await?;
     }
-    let all_functions = FUNCTIONS.concat();
+    let all_functions = function_text();
     let current = tx
         .query_typed(
             "SELECT EXISTS (SELECT 1 FROM queen.schema_functions WHERE digest = md5($1))",

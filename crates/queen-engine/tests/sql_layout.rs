@@ -150,3 +150,21 @@ fn the_literal_reader_finds_sql_and_skips_comments_and_chars() {
     let code = "let c = '\"'; // \"DELETE FROM x\"\nlet s = \"SELECT a FROM queen.t\";";
     assert_eq!(literals(code), vec!["SELECT a FROM queen.t".to_owned()]);
 }
+
+/// A wire name the SQL needs is spelled once, in `queen-wire`: SQL reaches
+/// it through a function whose body `migrate.rs` writes from the constant.
+#[test]
+fn sql_spells_no_wire_name_of_its_own() {
+    let mut offenders = Vec::new();
+    for dir in ["sql/functions", "sql/statements", "sql/migrations"] {
+        for name in names_in(&root().join(dir)) {
+            let text = std::fs::read_to_string(root().join(dir).join(&name)).unwrap();
+            if text.contains(queen_wire::QUEUE_MODE) {
+                offenders.push(format!("{dir}/{name}"));
+            }
+        }
+    }
+    assert!(offenders.is_empty(), "spell the queue-mode group as queen.queue_mode() in: {offenders:?}");
+    let common = std::fs::read_to_string(root().join("sql/functions/common.sql")).unwrap();
+    assert!(common.contains("SELECT text '{{QUEUE_MODE}}'"), "queen.queue_mode() lost its placeholder");
+}

@@ -46,7 +46,7 @@ LANGUAGE sql STABLE AS $$
          (SELECT count(*) FROM queen.dead_letters d WHERE d.partition_id = p.id),
          p.last_push_at
     FROM queen.partitions p
-    LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+    LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode()
     CROSS JOIN LATERAL queen.lane_counts(p.id, p.next_seq, coalesce(c.next_seq, 0), c.lease_expires_at,
                                          c.batch_end) l
    WHERE p.queue_id = p_queue_id
@@ -90,7 +90,7 @@ BEGIN
                  coalesce(sum(l.processing), 0)::bigint AS processing,
                  coalesce(sum(l.pending), 0)::bigint AS pending, min(l.oldest_at) AS oldest_at
             FROM queen.partitions p
-            LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+            LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode()
             CROSS JOIN LATERAL queen.lane_counts(p.id, p.next_seq, coalesce(c.next_seq, 0),
                                                  c.lease_expires_at, c.batch_end) l
            WHERE p.queue_id = p_queue_id) s;
@@ -221,7 +221,7 @@ LANGUAGE sql STABLE AS $$
            WHERE p.queue_id = (SELECT q.id FROM queen.queues q WHERE q.name = p_queue)
              AND p.name > coalesce(p_after, '')
            ORDER BY p.name LIMIT p_limit) p
-    LEFT JOIN queen.cursors qm ON qm.partition_id = p.id AND qm.consumer_group = '__QUEUE_MODE__'
+    LEFT JOIN queen.cursors qm ON qm.partition_id = p.id AND qm.consumer_group = queen.queue_mode()
     CROSS JOIN LATERAL queen.lane_counts(p.id, p.next_seq, coalesce(qm.next_seq, 0), qm.lease_expires_at,
                                          qm.batch_end) b
     CROSS JOIN LATERAL (
@@ -263,7 +263,7 @@ RETURNS TABLE (queue text, depth bigint, oldest_age_seconds double precision, de
 LANGUAGE sql STABLE AS $$
   SELECT q.name,
          coalesce((SELECT count(*) FROM queen.partitions p
-                     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+                     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode()
                      JOIN queen.messages m ON m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
                     WHERE p.queue_id = q.id
                       AND m.created_at <= now() - make_interval(secs => q.delayed_processing)), 0),
@@ -271,7 +271,7 @@ LANGUAGE sql STABLE AS $$
          -- cursor: a deleted message leaves a hole there).
          coalesce((SELECT extract(epoch FROM now() - min(h.created_at))
                      FROM queen.partitions p
-                     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+                     LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode()
                      CROSS JOIN LATERAL (SELECT m.created_at FROM queen.messages m
                                           WHERE m.partition_id = p.id AND m.seq >= coalesce(c.next_seq, 0)
                                           ORDER BY m.seq LIMIT 1) h
@@ -360,7 +360,7 @@ BEGIN
               FROM queen.messages m
               JOIN queen.partitions p ON p.id = m.partition_id
               JOIN queen.queues q ON q.id = p.queue_id
-              LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+              LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode()
               LEFT JOIN LATERAL (SELECT dl.id FROM queen.dead_letters dl
                                   WHERE dl.partition_id = m.partition_id AND dl.seq = m.seq LIMIT 1) d ON true
              WHERE (p_queue IS NULL OR q.name = p_queue) AND (p_partition IS NULL OR p.name = p_partition)
@@ -431,7 +431,7 @@ BEGIN
       v_walk_id := r.id;
       EXIT WHEN v_floor IS NOT NULL AND r.last_push_at < v_floor;
       SELECT * INTO v_cursor FROM queen.cursors c
-       WHERE c.partition_id = r.id AND c.consumer_group = '__QUEUE_MODE__';
+       WHERE c.partition_id = r.id AND c.consumer_group = queen.queue_mode();
       -- Newest first; a partition's created_at never decreases with its
       -- offsets (push_rows stamps greatest(now(), last push)), so once the
       -- page is full the scan stops at the first message older than its floor.
@@ -484,7 +484,7 @@ BEGIN
       JOIN queen.messages mm ON mm.partition_id = k.pid AND mm.seq = k.seq
       JOIN queen.partitions p ON p.id = mm.partition_id
       JOIN queen.queues q ON q.id = p.queue_id
-      LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__');
+      LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode());
 END $$;
 
 -- The dashboard's search by transaction id: the messages that carry it on
@@ -505,7 +505,7 @@ LANGUAGE sql STABLE AS $$
             JOIN queen.queues q ON q.id = p.queue_id
             CROSS JOIN LATERAL (SELECT * FROM queen.messages mm
                                  WHERE mm.partition_id = p.id AND mm.transaction_id = p_tx) m
-            LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+            LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode()
            ORDER BY m.created_at DESC, m.seq DESC
            LIMIT p_limit) x
 $$;

@@ -146,7 +146,7 @@ BEGIN
                    WHERE m.partition_id = p.id
                      AND m.seq >= coalesce((SELECT c.next_seq FROM queen.cursors c
                                              WHERE c.partition_id = p.id
-                                               AND c.consumer_group = coalesce(p_group, '__QUEUE_MODE__')), 0)) AS pending
+                                               AND c.consumer_group = coalesce(p_group, queen.queue_mode())), 0)) AS pending
             FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
            WHERE q.name = p_name) x;
   RETURN json_build_object('queue', r.queue, 'group', p_group, 'pending', v_pending,

@@ -10,6 +10,14 @@
 --   QN400 bad request (HTTP 400), QN413 too large (HTTP 413),
 --   QN200 a business refusal that must roll back the call (HTTP 200).
 
+-- The consumer group of queue mode, as the wire names it. Its one spelling
+-- is queen_wire::QUEUE_MODE: migrate.rs writes it over the placeholder.
+-- IMMUTABLE, so a statement that compares with it plans it as a constant.
+CREATE OR REPLACE FUNCTION queen.queue_mode() RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT text '{{QUEUE_MODE}}'
+$$;
+
 -- One fixed-width UTC format everywhere: clients compare timestamps as strings.
 CREATE OR REPLACE FUNCTION queen.iso(t timestamptz) RETURNS text
 LANGUAGE sql STABLE PARALLEL SAFE AS $$

@@ -17,7 +17,7 @@ BEGIN
   IF EXISTS (SELECT 1 FROM queen.consumer_groups WHERE queue_name = p_queue AND name = p_group) THEN
     RETURN;
   END IF;
-  IF p_group = '__QUEUE_MODE__' THEN
+  IF p_group = queen.queue_mode() THEN
     v_mode := 'all';
   ELSIF p_from IS NOT NULL AND p_from <> '' THEN
     IF lower(p_from) = 'now' THEN
@@ -90,7 +90,7 @@ RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   q queen.queues;
-  v_group text := coalesce(nullif(p_group, ''), '__QUEUE_MODE__');
+  v_group text := coalesce(nullif(p_group, ''), queen.queue_mode());
   v_lease uuid;
   v_lease_secs integer;
   v_left integer := p_batch;
@@ -463,7 +463,7 @@ BEGIN
   SELECT count(*) = v_n AND count(DISTINCT (e.pid, e.g)) = v_n
          AND NOT EXISTS (SELECT 1 FROM queen.maintenance_switches WHERE pop_paused)
     INTO v_ok
-    FROM (SELECT p.id AS pid, coalesce(nullif(u.grp, ''), '__QUEUE_MODE__') AS g
+    FROM (SELECT p.id AS pid, coalesce(nullif(u.grp, ''), queen.queue_mode()) AS g
             FROM unnest(p_queues, p_partitions, p_groups) u(queue, part, grp)
             CROSS JOIN LATERAL (SELECT q0.* FROM queen.queues q0 WHERE q0.name = u.queue) q0
             CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
@@ -471,7 +471,7 @@ BEGIN
            WHERE q0.ttl = 0 AND q0.window_buffer = 0 AND q0.delayed_processing = 0
              AND (q0.encryption_key_id IS NULL OR q0.encryption_key_id = p_key_id)
              AND EXISTS (SELECT 1 FROM queen.consumer_groups cg
-                          WHERE cg.queue_name = u.queue AND cg.name = coalesce(nullif(u.grp, ''), '__QUEUE_MODE__'))) e;
+                          WHERE cg.queue_name = u.queue AND cg.name = coalesce(nullif(u.grp, ''), queen.queue_mode()))) e;
   IF NOT v_ok THEN
     RETURN NULL;
   END IF;
@@ -484,7 +484,7 @@ BEGIN
   FOR r IN
     WITH members AS (
       SELECT u.ord, qq.q0 AS qrow, (qq.q0).id AS qid, (qq.q0).name AS qname, (qq.q0).retry_delay, p.id AS pid,
-             p.name AS pname, coalesce(nullif(u.grp, ''), '__QUEUE_MODE__') AS g, u.batch,
+             p.name AS pname, coalesce(nullif(u.grp, ''), queen.queue_mode()) AS g, u.batch,
              coalesce(u.lsecs, (qq.q0).lease_time) AS lsecs, queen.lease_id_for((qq.q0).id) AS lease
         FROM unnest(p_queues, p_partitions, p_groups, p_batches, p_lease_seconds)
              WITH ORDINALITY u(queue, part, grp, batch, lsecs, ord)

@@ -345,7 +345,7 @@ BEGIN
     LOOP
       SELECT coalesce(sum(p.next_seq - coalesce(c.next_seq, 0)), 0) INTO v_backlog
         FROM queen.partitions p
-        LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = '__QUEUE_MODE__'
+        LEFT JOIN queen.cursors c ON c.partition_id = p.id AND c.consumer_group = queen.queue_mode()
        WHERE p.queue_id = r.id;
       FOR rq IN
         SELECT coalesce(u.req, 0) AS req, count(*) AS incoming
