@@ -341,7 +341,7 @@ impl Workload {
         }
         if matches!(self, Workload::PopAck | Workload::OnceAck | Workload::Mixed) {
             // The queue-mode group's cursors (at 0) on the pop backlog.
-            exec(db, &format!("SELECT queen.register_group('{POP_QUEUE}', '__QUEUE_MODE__', NULL, NULL); ANALYZE queen.cursors"))
+            exec(db, &format!("SELECT queen.register_group('{POP_QUEUE}', queen.queue_mode(), NULL, NULL); ANALYZE queen.cursors"))
                 .await?;
         }
         Ok(())
@@ -398,7 +398,7 @@ impl Workload {
             }
             Workload::PopAny { partitions, .. } => {
                 backlog(db, "bench-any", partitions, (40_000 / partitions).max(2)).await?;
-                exec(db, "SELECT queen.register_group('bench-any', '__QUEUE_MODE__', NULL, NULL)").await?;
+                exec(db, "SELECT queen.register_group('bench-any', queen.queue_mode(), NULL, NULL)").await?;
                 exec(db, "ANALYZE queen.cursors; ANALYZE queen.ready_lanes").await?;
             }
             Workload::PushSpread { partitions, .. } | Workload::PushCurve { partitions, .. } => {
@@ -749,7 +749,7 @@ async fn pop_rand_queue(
              DELETE FROM queen.ready_lanes r USING queen.queues q WHERE r.queue_id = q.id AND q.name = '{queue}';
              DELETE FROM queen.consumer_groups WHERE queue_name = '{queue}';
              TRUNCATE queen.dead_letters;
-             SELECT queen.register_group('{queue}', '__QUEUE_MODE__', NULL, NULL);"
+             SELECT queen.register_group('{queue}', queen.queue_mode(), NULL, NULL);"
         ),
     )
     .await?;

@@ -1,7 +1,8 @@
 //! Error policy: the database decides what is bad input. SQL functions raise
 //! one of three SQLSTATEs whose message is the JSON body to answer with:
 //! `QN400` (HTTP 400), `QN413` (HTTP 413) and `QN200` (a business refusal
-//! that rolled the call back, HTTP 200). Anything that means "the database
+//! that rolled the call back, HTTP 200). `QN201`, a lost KV precondition,
+//! carries its facts instead, and the engine writes the body. Anything that means "the database
 //! cannot be reached" is [`EngineError::Unavailable`], which the server turns
 //! into a 503 with `Retry-After`.
 
@@ -20,6 +21,11 @@ pub enum EngineError {
     /// answer (HTTP 200, `success: false`).
     #[error("refused: {0}")]
     Refused(String),
+    /// A `required` KV op lost its precondition and the call rolled back
+    /// (SQLSTATE QN201). `Engine::kv` and `Engine::transaction` answer it
+    /// as [`EngineError::Refused`] with the body they write from it.
+    #[error("kv precondition lost at index {}", .0.failed_index)]
+    PreconditionLost(Box<queen_wire::PreconditionLost>),
     /// PostgreSQL is down, restarting, or the pool is exhausted.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -88,6 +94,12 @@ impl From<tokio_postgres::Error> for EngineError {
             "QN400" => EngineError::Rejected { status: 400, body: db.message().to_owned() },
             "QN413" => EngineError::Rejected { status: 413, body: db.message().to_owned() },
             "QN200" => EngineError::Refused(db.message().to_owned()),
+            // A lost KV precondition raises its facts, and the call writes
+            // its refusal from them (a KV call's or a transaction's).
+            "QN201" => match serde_json::from_str::<queen_wire::PreconditionLost>(db.message()) {
+                Ok(lost) => EngineError::PreconditionLost(Box::new(lost)),
+                Err(e) => EngineError::Protocol(format!("a lost KV precondition: {e}")),
+            },
             "QN404" => EngineError::Rejected { status: 404, body: db.message().to_owned() },
             // A conflict with stored state the caller must resolve (a stream's config hash).
             "QNC09" => EngineError::Rejected { status: 409, body: db.message().to_owned() },

@@ -110,6 +110,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0023_push_answers_typed.sql",
         sql: include_str!("../sql/migrations/0023_push_answers_typed.sql"),
     },
+    Migration {
+        version: 24,
+        name: "0024_kv_answers_by_the_engine.sql",
+        sql: include_str!("../sql/migrations/0024_kv_answers_by_the_engine.sql"),
+    },
 ];
 
 /// The SQL functions, one file per engine module that calls them (named

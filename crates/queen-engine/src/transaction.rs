@@ -10,12 +10,13 @@ use crate::batch::{
 };
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::ack::{self, AckColumns, AckItem};
 use crate::db::Pool;
 use crate::kv::decode::{decode_call, kv_reject};
-use crate::kv::{KvColumns, KvOp};
+use crate::kv::{name_outcomes, KvColumns, KvOp, KvResult, PreconditionLost};
 use crate::push::{self, PushColumns, PushItem};
 use crate::timers::{self, TimerColumns, TimerOp, DEFAULT_TIMER_HORIZON};
 use crate::wire::{self, Kind};
@@ -192,10 +193,80 @@ pub(crate) async fn bundle_call(
     params.push(&bundle.producer_sub);
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/transaction.sql")).await?;
-    let row = client.query_one(&stmt, &params).await?;
+    let row = match client.query_one(&stmt, &params).await {
+        Ok(row) => row,
+        Err(EngineError::PreconditionLost(lost)) => {
+            return Err(EngineError::Refused(lost.transaction_body(&tx_id)))
+        }
+        Err(e) => return Err(e),
+    };
     drop(client);
-    let answer: Option<String> = row.try_get(0)?;
-    answer.map(Json).ok_or_else(|| EngineError::Protocol("transaction answered NULL".into()))
+    let record: Option<String> = row.try_get(0)?;
+    answer(&record.ok_or_else(|| EngineError::Protocol("transaction answered NULL".into()))?, bundle)
+}
+
+/// What `queen.tx_record` answers for a bundle that committed: its push and
+/// ack elements, its KV ops' outcomes and its timer elements.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TxRecord<'a> {
+    transaction_id: &'a str,
+    #[serde(borrow)]
+    results: Vec<&'a RawValue>,
+    kv: Vec<KvResult>,
+    #[serde(borrow)]
+    timers: Vec<&'a RawValue>,
+}
+
+/// An element of a transaction's results: written by SQL (push, ack,
+/// timer) or a KV element, which the engine writes.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum TxElement<'a> {
+    Written(&'a RawValue),
+    Kv(&'a KvResult),
+}
+
+/// A committed transaction's answer.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TxAnswer<'a> {
+    transaction_id: &'a str,
+    success: bool,
+    results: Vec<TxElement<'a>>,
+}
+
+/// The answer of a committed bundle, from its record: its KV elements
+/// follow its slots in the flat index space.
+fn answer(record: &str, bundle: &Bundle) -> Result<Json, EngineError> {
+    let protocol = |e: serde_json::Error| EngineError::Protocol(format!("a transaction record: {e}"));
+    let mut r: TxRecord = serde_json::from_str(record).map_err(protocol)?;
+    if r.kv.len() != bundle.kv.len() {
+        return Err(EngineError::Protocol("a transaction answered another number of KV results than ops".into()));
+    }
+    let names: Vec<&str> = bundle.kv.iter().map(KvOp::name).collect();
+    let first = usize::try_from(bundle.slots).map_err(|e| EngineError::Protocol(e.to_string()))?;
+    name_outcomes(&mut r.kv, &names, first, true);
+    let results = (r.results.iter().map(|e| TxElement::Written(e)))
+        .chain(r.kv.iter().map(TxElement::Kv))
+        .chain(r.timers.iter().map(|e| TxElement::Written(e)))
+        .collect();
+    let body = TxAnswer { transaction_id: r.transaction_id, success: true, results };
+    serde_json::to_string(&body).map(Json).map_err(protocol)
+}
+
+/// A bundle of a batch that was refused: the kv_lost facts of its lost
+/// precondition (the engine writes that answer), or the refusal SQL wrote.
+fn refusal(body: String, tx_id: &str) -> EngineError {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Refusal {
+        kv_lost: Option<PreconditionLost>,
+    }
+    match serde_json::from_str::<Refusal>(&body) {
+        Ok(Refusal { kv_lost: Some(lost) }) => EngineError::Refused(lost.transaction_body(tx_id)),
+        _ => EngineError::Refused(body),
+    }
 }
 
 /// A bundle of acks and KV ops alone (a batch of one, or a member of a
@@ -235,13 +306,20 @@ pub(crate) async fn plain_bundles_call(
     drop(client);
     let answers: Vec<String> = row.try_get(0)?;
     let refused: Vec<bool> = row.try_get(1)?;
-    if refused.len() != answers.len() {
+    if refused.len() != answers.len() || answers.len() != bundles.len() {
         return Err(EngineError::Protocol("a bundle batch answered unequal columns".into()));
     }
     Ok(answers
         .into_iter()
         .zip(refused)
-        .map(|(body, refused)| if refused { Err(EngineError::Refused(body)) } else { Ok(Json(body)) })
+        .zip(bundles.iter().zip(&tx_ids))
+        .map(|((body, refused), (bundle, tx_id))| {
+            if refused {
+                Err(refusal(body, tx_id))
+            } else {
+                answer(&body, bundle)
+            }
+        })
         .collect())
 }
 

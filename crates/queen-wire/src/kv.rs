@@ -288,11 +288,13 @@ fn some_raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValu
     <Box<RawValue> as serde::Deserialize>::deserialize(d).map(Some)
 }
 
-/// One result element of a KV call, as the wire has it: the engine's
-/// embedded answer and the SDK's HTTP answer are read with this one type.
+/// One result element of a KV call, as the wire has it: the engine writes
+/// every KV element with this type (its `Serialize`), and the engine's
+/// embedded answer and the SDK's HTTP answer are read with it. SQL answers
+/// the same fields without `index`, `op` and `type`, which the engine sets.
 /// Which fields are set depends on the op: reads set `found` (get) or
 /// `rows`; writes set `applied`.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, Default, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvResult {
     /// Position in the call (flat index inside a transaction).
@@ -301,6 +303,9 @@ pub struct KvResult {
     /// The op name sent.
     #[serde(default)]
     pub op: String,
+    /// `kv` inside a transaction's results, absent in a KV call's.
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
     /// The key, for single-key ops.
     #[serde(default)]
     pub key: Option<String>,
@@ -339,23 +344,80 @@ pub struct KvResult {
     pub next_after: Option<String>,
 }
 
+impl serde::Serialize for KvResult {
+    /// The fields the op answers, and only those. A row's `expiresAt` is
+    /// written even when null (forever), as is a page's `nextAfter` (null on
+    /// the last page): presence follows the op, not the value.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("index", &self.index)?;
+        m.serialize_entry("op", &self.op)?;
+        if let Some(kind) = &self.kind {
+            m.serialize_entry("type", kind)?;
+        }
+        if let Some(key) = &self.key {
+            m.serialize_entry("key", key)?;
+        }
+        if let Some(found) = self.found {
+            m.serialize_entry("found", &found)?;
+        }
+        if let Some(applied) = self.applied {
+            m.serialize_entry("applied", &applied)?;
+        }
+        if let Some(reason) = &self.reason {
+            m.serialize_entry("reason", reason)?;
+        }
+        if let Some(value) = &self.value {
+            m.serialize_entry("value", value)?;
+        }
+        if let Some(version) = self.version {
+            m.serialize_entry("version", &version)?;
+        }
+        if self.found == Some(true) {
+            m.serialize_entry("expiresAt", &self.expires_at)?;
+            m.serialize_entry("updatedAt", &self.updated_at)?;
+        }
+        if let Some(rows) = &self.rows {
+            m.serialize_entry("rows", rows)?;
+        }
+        if let Some(missing) = &self.missing {
+            m.serialize_entry("missing", missing)?;
+        }
+        if let Some(truncated) = self.truncated {
+            m.serialize_entry("truncated", &truncated)?;
+        }
+        if self.op == "getPrefix" {
+            m.serialize_entry("nextAfter", &self.next_after)?;
+        }
+        m.end()
+    }
+}
+
 /// A row of a multi-key read.
-#[derive(Debug, serde::Deserialize)]
+#[derive(Debug, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KvRow {
     /// The key.
     pub key: String,
     /// Absent when the page was `keysOnly`.
-    #[serde(default, deserialize_with = "some_raw")]
+    #[serde(default, deserialize_with = "some_raw", skip_serializing_if = "Option::is_none")]
     pub value: Option<Box<RawValue>>,
     /// The version.
     pub version: u64,
-    /// `None` for forever.
+    /// `None` for forever (written as null).
     #[serde(default)]
     pub expires_at: Option<String>,
     /// Last write.
     #[serde(default)]
     pub updated_at: Option<String>,
+}
+
+/// `{"results": [element]}`: the body of a KV call that ran.
+#[derive(Debug, serde::Serialize)]
+pub struct KvResults<'a> {
+    /// One element per op, index-aligned.
+    pub results: &'a [KvResult],
 }
 
 /// The body of a KV call: its results, or the refusal of a lost `required`
@@ -401,17 +463,86 @@ impl KvAnswer {
     }
 }
 
-/// A lost `required` precondition: nothing was written.
-#[derive(Debug, Clone)]
+/// A lost `required` precondition: nothing was written. SQL reports one
+/// with these fields (SQLSTATE QN201); [`PreconditionLost::kv_body`] and
+/// [`PreconditionLost::transaction_body`] write the two answers that carry it.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PreconditionLost {
     /// Index of the op that lost.
     pub failed_index: usize,
     /// exists, absent, version, limit or type.
+    #[serde(default)]
     pub kv_reason: String,
     /// The key.
+    #[serde(default)]
     pub key: Option<String>,
     /// The winner's version (0 when absent).
+    #[serde(default)]
     pub version: u64,
     /// The winner's value.
+    #[serde(default, deserialize_with = "some_raw")]
     pub value: Option<Box<RawValue>>,
+}
+
+/// The refusal fields every lost-precondition body carries.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LostFields<'a> {
+    ok: bool,
+    reason: &'static str,
+    failed_index: usize,
+    kv_reason: &'a str,
+    key: &'a Option<String>,
+    version: u64,
+    value: &'a Option<Box<RawValue>>,
+}
+
+/// A transaction's refusal of a lost precondition: the transaction's
+/// fields, then the KV call's.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct TransactionLost<'a> {
+    transaction_id: &'a str,
+    success: bool,
+    error: String,
+    results: [(); 0],
+    #[serde(flatten)]
+    lost: LostFields<'a>,
+}
+
+impl PreconditionLost {
+    fn fields(&self) -> LostFields<'_> {
+        LostFields {
+            ok: false,
+            reason: "kv_precondition",
+            failed_index: self.failed_index,
+            kv_reason: &self.kv_reason,
+            key: &self.key,
+            version: self.version,
+            value: &self.value,
+        }
+    }
+
+    /// The 200 body of a KV call whose `required` op lost.
+    pub fn kv_body(&self) -> String {
+        // Strings, numbers and raw JSON only: serialising cannot fail.
+        serde_json::to_string(&self.fields()).unwrap_or_default()
+    }
+
+    /// The 200 body of a transaction that rolled back because a `required`
+    /// KV op lost.
+    pub fn transaction_body(&self, transaction_id: &str) -> String {
+        let body = TransactionLost {
+            transaction_id,
+            success: false,
+            error: format!(
+                "kv precondition lost at index {} ({}); the transaction rolled back",
+                self.failed_index, self.kv_reason
+            ),
+            results: [],
+            lost: self.fields(),
+        };
+        serde_json::to_string(&body).unwrap_or_default()
+    }
 }

@@ -1448,3 +1448,94 @@ async fn a_database_that_is_down_answers_503_kv_unavailable_with_retry_after() {
     assert!(body.get("code").is_none());
     let _ = stop.send(());
 }
+
+/// Every KV element has one writer (`queen_wire::KvResult`), whichever
+/// path answered it: an op alone (typed columns or its batcher), inside a
+/// call of several (`queen.kv_apply`), or in a transaction's `kv` rider.
+/// Each op here reads or is refused, so repeating it changes nothing, and
+/// the three answers must agree field for field (presence included).
+#[tokio::test]
+async fn each_op_answers_the_same_element_alone_in_a_call_of_several_and_in_a_transaction() {
+    let b = TestBroker::start().await;
+    ok(
+        &b,
+        json!([
+            put(NS, "a", json!({"x": 1})),
+            put_ttl(NS, "b", json!(2), 3600),
+            put(NS, "s:1", json!("one")),
+            put(NS, "s:2", Value::Null),
+            put(NS, "s:3", json!(3)),
+            put(NS, "w1", json!(1)),
+            put(NS, "w2", json!(2)),
+            put(NS, "w3", json!(3)),
+            put(NS, "n", json!("not a number")),
+        ]),
+    )
+    .await;
+    let w3 = read(&b, NS, "w3").await["version"].clone();
+    let reads_and_refusals = vec![
+        get(NS, "a"),
+        get(NS, "b"),
+        get(NS, "nope"),
+        json!({"op": "getMany", "ns": NS, "keys": ["a", "nope", "b"]}),
+        json!({"op": "put", "ns": NS, "key": "c", "value": 1, "forever": true, "expect": 999_999}),
+        json!({"op": "putIfAbsent", "ns": NS, "key": "w1", "value": 9, "forever": true}),
+        json!({"op": "delete", "ns": NS, "key": "gone"}),
+        json!({"op": "check", "ns": NS, "key": "w2", "expect": 0}),
+        json!({"op": "check", "ns": NS, "key": "w3", "expect": w3}),
+        json!({"op": "incr", "ns": NS, "key": "n", "delta": 1, "forever": true}),
+    ];
+    // getPrefix is not allowed in a transaction: alone and in a call only.
+    let pages = vec![
+        json!({"op": "getPrefix", "ns": NS, "prefix": "s:", "limit": 2}),
+        json!({"op": "getPrefix", "ns": NS, "prefix": "s:", "after": "s:2", "keysOnly": true}),
+    ];
+    let strip = |mut e: Value| {
+        let o = e.as_object_mut().expect("an element is an object");
+        o.remove("index");
+        o.remove("type");
+        e
+    };
+    let all: Vec<Value> = reads_and_refusals.iter().chain(&pages).cloned().collect();
+    let together = ok(&b, json!(all)).await;
+    let (status, tx) = b
+        .post("/api/v1/transaction", &json!({"operations": [], "kv": reads_and_refusals}))
+        .await;
+    assert_eq!(status, 200, "{tx}");
+    assert_eq!(tx["success"], json!(true), "{tx}");
+    let in_tx = tx["results"].as_array().expect("results").clone();
+    assert_eq!(in_tx.len(), reads_and_refusals.len(), "{tx}");
+    for (i, op) in all.iter().enumerate() {
+        let alone = one(&b, op.clone()).await;
+        assert_eq!(strip(together[i].clone()), strip(alone.clone()), "op {i} in a call of several: {op}");
+        if let Some(t) = in_tx.get(i) {
+            assert_eq!((&t["index"], &t["op"], &t["type"]), (&json!(i), &op["op"], &json!("kv")), "{t}");
+            assert_eq!(strip(t.clone()), strip(alone), "op {i} in a transaction: {op}");
+        }
+    }
+    // What the element carries, where presence follows the op.
+    assert_eq!(together[0].get("expiresAt"), Some(&Value::Null), "a forever row writes expiresAt null");
+    assert_eq!(together[10].get("nextAfter"), Some(&json!("s:2")), "{}", together[10]);
+    assert_eq!(together[11].get("nextAfter"), Some(&Value::Null), "the last page writes nextAfter null");
+    assert_eq!(together[3]["rows"][0].get("expiresAt"), Some(&Value::Null), "a row writes expiresAt null");
+    assert!(together[11]["rows"][0].get("value").is_none(), "keysOnly rows carry no value");
+    assert!(together[8].get("value").is_none(), "an applied check answers no value");
+}
+
+/// A lost `required` precondition is answered by the engine from the facts
+/// SQL raised: the same body whether the op ran alone or in a call of several.
+#[tokio::test]
+async fn a_lost_precondition_answers_the_same_body_alone_and_in_a_call_of_several() {
+    let b = TestBroker::start().await;
+    let w = one(&b, put(NS, "k", json!({"v": 1}))).await;
+    let lose = json!({"op": "putIfAbsent", "ns": NS, "key": "k", "value": 2, "forever": true, "required": true});
+    let (s1, alone) = call(&b, json!([lose])).await;
+    let (s2, several) = call(&b, json!([get(NS, "other"), lose])).await;
+    assert_eq!((s1, s2), (200, 200));
+    let want = json!({"ok": false, "reason": "kv_precondition", "failedIndex": 0, "kvReason": "exists",
+                      "key": "k", "version": w["version"], "value": {"v": 1}});
+    assert_eq!(alone, want);
+    let mut want = want;
+    want["failedIndex"] = json!(1);
+    assert_eq!(several, want);
+}

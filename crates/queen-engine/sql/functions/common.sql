@@ -9,6 +9,8 @@
 -- whose MESSAGE is the JSON body to answer with; the Rust side never edits it:
 --   QN400 bad request (HTTP 400), QN413 too large (HTTP 413),
 --   QN200 a business refusal that must roll back the call (HTTP 200).
+-- One refusal raises its facts instead, for the engine to write the body:
+--   QN201 a lost `required` KV precondition (queen.kv_lost).
 
 -- The consumer group of queue mode, as the wire names it. Its one spelling
 -- is queen_wire::QUEUE_MODE: migrate.rs writes it over the placeholder.

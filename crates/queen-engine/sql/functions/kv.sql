@@ -96,19 +96,15 @@ BEGIN
               WHEN k.version <> p_expect THEN queen.kv_refused(p_key, 'version', k) END;
 END $$;
 
--- The refusal of a lost `required` KV precondition (QN200's body): in a
--- transaction (p_tx_id set) the transaction's refusal, else the KV call's.
--- r: the op's answer (queen.kv_refused). The one writer of this body.
-CREATE OR REPLACE FUNCTION queen.kv_precondition_refusal(p_tx_id text, p_index bigint, p_key text, r jsonb)
-RETURNS text
+-- A lost `required` KV precondition, as SQL reports it (SQLSTATE QN201, or
+-- a bundle batch's refusal): the index of the op that lost, its key, and the
+-- winner the refusal saw (r: the op's answer, queen.kv_refused). The engine
+-- writes the answers that carry it (queen_wire::PreconditionLost).
+CREATE OR REPLACE FUNCTION queen.kv_lost(p_index bigint, p_key text, r jsonb)
+RETURNS jsonb
 LANGUAGE sql STABLE AS $$
-  SELECT (CASE WHEN p_tx_id IS NOT NULL THEN jsonb_build_object('transactionId', p_tx_id, 'success', false,
-                 'error', 'kv precondition lost at index ' || p_index || ' (' || (r ->> 'reason')
-                          || '); the transaction rolled back',
-                 'results', '[]'::jsonb)
-               ELSE '{}'::jsonb END
-          || jsonb_build_object('ok', false, 'reason', 'kv_precondition', 'failedIndex', p_index,
-               'kvReason', r ->> 'reason', 'key', p_key, 'version', r -> 'version', 'value', r -> 'value'))::text
+  SELECT jsonb_build_object('failedIndex', p_index, 'kvReason', r ->> 'reason', 'key', p_key,
+                            'version', r -> 'version', 'value', r -> 'value')
 $$;
 
 CREATE OR REPLACE FUNCTION queen.kv_get(p_ns text, p_key text) RETURNS jsonb

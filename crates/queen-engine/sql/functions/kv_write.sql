@@ -1,12 +1,13 @@
 -- queen.kv_apply runs a checked call in one transaction: `get`s first (they
 -- see the state before the call's writes), then writes in (ns, key) byte
--- order, then getMany and getPrefix (they see the writes). Results stay
--- index-aligned.
+-- order, then getMany and getPrefix (they see the writes). Answers each
+-- op's outcome (its fields as queen_wire::KvResult reads them, without
+-- index and op: the engine writes the elements), index-aligned.
 --
--- p_ctx: {"tx": bool, "txId": text, "offset": int, "maxReadBytes": int}.
--- In a transaction (tx = true): at most 64 ops, no getPrefix, result
--- elements carry "type": "kv", indexes start at `offset` (the flat index
--- space), and a lost `required` precondition answers the transaction body.
+-- p_ctx: {"offset": int, "maxReadBytes": int}. In a transaction the
+-- engine allows at most 64 ops and no getPrefix, and `offset` is where the
+-- ops start in the flat index space. A lost `required` precondition raises
+-- QN201 with queen.kv_lost.
 
 -- The call itself, on checked ops (the engine decodes them, kv_decode.rs):
 -- one element per op in every array. a_keys holds a getMany's keys as a
@@ -18,7 +19,6 @@ CREATE OR REPLACE FUNCTION queen.kv_apply(
 RETURNS json
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_tx boolean := coalesce((p_ctx ->> 'tx')::boolean, false);
   v_offset integer := coalesce((p_ctx ->> 'offset')::integer, 0);
   v_max_bytes bigint := coalesce((p_ctx ->> 'maxReadBytes')::bigint, 4194304);
   v_n integer := coalesce(array_length(a_op, 1), 0);
@@ -60,8 +60,7 @@ BEGIN
     END;
     IF a_required[i] AND NOT (r ->> 'applied')::boolean THEN
       -- Abort the whole call (and, in a transaction, the bundle).
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = queen.kv_precondition_refusal(
-        CASE WHEN v_tx THEN p_ctx ->> 'txId' END, v_offset + i - 1, a_key[i], r);
+      RAISE EXCEPTION USING ERRCODE = 'QN201', MESSAGE = queen.kv_lost(v_offset + i - 1, a_key[i], r)::text;
     END IF;
     v_res[i] := r;
   END LOOP;
@@ -77,20 +76,7 @@ BEGIN
     END IF;
   END LOOP;
 
-  IF v_n = 1 THEN
-    r := jsonb_build_array(jsonb_build_object('index', v_offset, 'op', a_op[1])
-         || CASE WHEN v_tx THEN '{"type": "kv"}'::jsonb ELSE '{}'::jsonb END || v_res[1]);
-  ELSE
-  r := coalesce((SELECT jsonb_agg(
-         jsonb_build_object('index', v_offset + n - 1, 'op', a_op[n])
-         || CASE WHEN v_tx THEN '{"type": "kv"}'::jsonb ELSE '{}'::jsonb END
-         || x ORDER BY n)
-       FROM unnest(v_res[1:v_n]) WITH ORDINALITY u(x, n)), '[]'::jsonb);
-  END IF;
-  IF v_tx THEN
-    RETURN r::json;
-  END IF;
-  RETURN json_build_object('results', r);
+  RETURN coalesce(array_to_json(v_res[1:v_n]), '[]');
 END $$;
 
 -- The sweeper's step: deletes up to p_batch expired rows, skipping rows a

@@ -9,22 +9,21 @@
 -- Lock order: timer rows (by queue and key), then partitions of the pushes
 -- (by id), then cursors of the acks (by partition id), then KV keys (in byte
 -- order), so overlapping bundles, and a bundle and the timer sweeper (timer
--- rows, then the partitions it fires into), never deadlock. Any refusal raises QN200 and the whole bundle rolls back.
--- The elements of a transaction's answer, and the answer: their one writer
--- (transaction_rows, and transaction_batch's one-pass path). STABLE as
--- json_build_object is, so that they are inlined.
+-- rows, then the partitions it fires into), never deadlock. Any refusal raises QN200 (QN201 for a lost KV precondition)
+-- and the whole bundle rolls back.
+-- What a bundle did, for the engine to answer (crates/queen-engine/src/transaction.rs):
+-- `results` its push and ack elements by slot, `kv` its KV ops' outcomes
+-- (kv_apply's, index-aligned with the ops), `timers` its timer elements.
+-- The engine writes the transaction's answer and its KV elements.
+-- STABLE as json_build_object is, so that they are inlined.
 CREATE OR REPLACE FUNCTION queen.tx_ack_result(p_slot integer, p_txid text, p_dlq boolean) RETURNS jsonb
 LANGUAGE sql STABLE AS $$
   SELECT jsonb_build_object('index', p_slot, 'type', 'ack', 'success', true, 'transactionId', p_txid,
                             'error', NULL, 'dlq', p_dlq)
 $$;
-CREATE OR REPLACE FUNCTION queen.tx_kv_result(p_index integer, p_op text, r jsonb) RETURNS jsonb
+CREATE OR REPLACE FUNCTION queen.tx_record(p_tx_id text, p_results jsonb, p_kv jsonb, p_timers jsonb) RETURNS json
 LANGUAGE sql STABLE AS $$
-  SELECT jsonb_build_object('index', p_index, 'op', p_op, 'type', 'kv') || r
-$$;
-CREATE OR REPLACE FUNCTION queen.tx_answer(p_tx_id text, p_results jsonb) RETURNS json
-LANGUAGE sql STABLE AS $$
-  SELECT json_build_object('transactionId', p_tx_id, 'success', true, 'results', p_results)
+  SELECT json_build_object('transactionId', p_tx_id, 'results', p_results, 'kv', p_kv, 'timers', p_timers)
 $$;
 
 CREATE OR REPLACE FUNCTION queen.transaction_rows(
@@ -90,20 +89,19 @@ BEGIN
     v_one := queen.kv_put(a_ns[1], a_key[1], a_value[1], a_ttl[1], a_forever[1],
                           CASE WHEN a_op[1] = 'put' THEN a_expect[1] ELSE 0 END);
     IF a_required[1] AND NOT (v_one ->> 'applied')::boolean THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200',
-        MESSAGE = queen.kv_precondition_refusal(p_tx_id, p_slot_count, a_key[1], v_one);
+      RAISE EXCEPTION USING ERRCODE = 'QN201', MESSAGE = queen.kv_lost(p_slot_count, a_key[1], v_one)::text;
     END IF;
-    v_kv := json_build_array(queen.tx_kv_result(p_slot_count, a_op[1], v_one));
+    v_kv := json_build_array(v_one);
   ELSIF coalesce(array_length(a_op, 1), 0) > 0 THEN
     v_kv := queen.kv_apply(a_op, a_ns, a_key, a_value, a_ttl, a_forever, a_expect, a_required,
       a_delta, a_min, a_max, a_keys, a_prefix, a_after, a_limit, a_keys_only,
-      jsonb_build_object('tx', true, 'txId', p_tx_id, 'offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
+      jsonb_build_object('offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
   END IF;
 
   -- A bundle with only KV ops has no slots: its answer is the KV results
   -- (the statements below would each pay an executor start-up for nothing).
   IF p_slot_count = 0 THEN
-    RETURN queen.tx_answer(p_tx_id, v_kv::jsonb || v_timers);
+    RETURN queen.tx_record(p_tx_id, '[]', v_kv::jsonb, v_timers);
   END IF;
   v_results := array_fill(NULL::jsonb, ARRAY[greatest(p_slot_count, 1)]);
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
@@ -117,9 +115,9 @@ BEGIN
                                                            (r.x ->> 'dlq')::boolean);
   END LOOP;
 
-  RETURN queen.tx_answer(p_tx_id,
-    coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb)
-      || v_kv::jsonb || v_timers);
+  RETURN queen.tx_record(p_tx_id,
+    coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb),
+    v_kv::jsonb, v_timers);
 END $$;
 
 -- Several bundles without pushes or timers (acks and KV ops: the once +
@@ -186,7 +184,7 @@ BEGIN
     IF v_refusal IS NULL AND l = k AND a_required[k] AND a_op[k] IN ('put', 'putIfAbsent') THEN
       v_kv := queen.kv_put_verdict(a_ns[k], a_key[k], CASE WHEN a_op[k] = 'put' THEN a_expect[k] ELSE 0 END);
       IF v_kv IS NOT NULL THEN
-        v_refusal := queen.kv_precondition_refusal(p_tx_ids[i], p_slot_counts[i], a_key[k], v_kv);
+        v_refusal := jsonb_build_object('kvLost', queen.kv_lost(p_slot_counts[i], a_key[k], v_kv))::text;
       END IF;
     END IF;
     IF v_refusal IS NOT NULL THEN
@@ -281,8 +279,8 @@ BEGIN
                AND (t.expires_at IS NULL OR t.expires_at > now()))
   LOOP
     IF v_answers[b] IS NULL THEN
-      v_answers[b] := queen.kv_precondition_refusal(p_tx_ids[b], p_slot_counts[b], a_key[k],
-        (SELECT queen.kv_refused(a_key[k], 'exists', t) FROM queen.kv t WHERE t.ns = a_ns[k] AND t.key = a_key[k]));
+      v_answers[b] := jsonb_build_object('kvLost', queen.kv_lost(p_slot_counts[b], a_key[k],
+        (SELECT queen.kv_refused(a_key[k], 'exists', t) FROM queen.kv t WHERE t.ns = a_ns[k] AND t.key = a_key[k])))::text;
     END IF;
   END LOOP;
   SELECT coalesce(array_agg(n::integer), '{}') INTO v_accepted
@@ -308,8 +306,7 @@ BEGIN
       WHERE t.expires_at IS NOT NULL AND t.expires_at <= now()
     RETURNING t.ns, t.key, t.value, t.version
   ), kv_results AS (
-    SELECT u.b, queen.tx_kv_result(p_slot_counts[u.b], 'putIfAbsent',
-             jsonb_build_object('applied', true, 'key', m.key, 'value', m.value, 'version', m.version)) AS r
+    SELECT u.b, jsonb_build_object('applied', true, 'key', m.key, 'value', m.value, 'version', m.version) AS r
       FROM unnest(a_ns, a_key, v_bundle_of_kv) u(ns, key, b)
       JOIN marked m ON m.ns = u.ns AND m.key = u.key
   ), ack_results AS (
@@ -319,8 +316,9 @@ BEGIN
      GROUP BY u.b
   )
   SELECT array_agg(coalesce(v_answers[n],
-           queen.tx_answer(p_tx_ids[n], coalesce(a.r, '[]'::jsonb)
-                                        || coalesce(jsonb_build_array(kr.r), '[]'::jsonb))::text) ORDER BY n)
+           queen.tx_record(p_tx_ids[n], coalesce(a.r, '[]'::jsonb),
+                           CASE WHEN kr.r IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(kr.r) END,
+                           '[]')::text) ORDER BY n)
     INTO answers
     FROM generate_series(1, v_n) n
     LEFT JOIN ack_results a ON a.b = n

@@ -10,11 +10,10 @@ pub(crate) mod decode;
 pub(crate) mod read;
 pub(crate) mod write;
 
-pub use queen_wire::{ops_to_wire, Expect, Expiry, KvAnswer, KvOp, KvResult, KvRow, PreconditionLost};
-use serde::{Deserialize, Serialize};
+pub use queen_wire::{ops_to_wire, Expect, Expiry, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost};
 use serde_json::value::RawValue;
 
-use crate::EngineError;
+use crate::{EngineError, Json};
 
 /// Text PostgreSQL's `json` refuses although it is JSON (a lone surrogate
 /// such as `"\ud800"`) fails the cast with 22P02 before `queen.kv_apply`
@@ -159,82 +158,64 @@ impl<'a> KvColumns<'a> {
     }
 }
 
-/// `{"results": [element]}`.
-pub(crate) fn results(element: &str) -> String {
-    format!("{{\"results\": [{element}]}}")
+/// An op's outcome as SQL answers it (`KvResult`'s fields without `index`
+/// and `op`): read into the wire type, which the engine then writes.
+pub(crate) fn outcome(record: &str) -> Result<KvResult, EngineError> {
+    serde_json::from_str(record).map_err(|e| EngineError::Protocol(format!("a KV outcome: {e}")))
 }
 
-/// A result element: `index` and `op`, then the fields SQL answered.
-pub(crate) fn element(op: &str, inner: &str) -> String {
-    match inner.strip_prefix('{').map(str::trim_start) {
-        Some(rest) if rest.starts_with('}') => format!("{{\"index\": 0, \"op\": \"{op}\"}}"),
-        Some(rest) => format!("{{\"index\": 0, \"op\": \"{op}\", {rest}"),
-        None => format!("{{\"index\": 0, \"op\": \"{op}\"}}"),
+/// The outcomes of a call's ops as SQL answers them (a JSON array).
+pub(crate) fn outcomes(records: &str) -> Result<Vec<KvResult>, EngineError> {
+    serde_json::from_str(records).map_err(|e| EngineError::Protocol(format!("KV outcomes: {e}")))
+}
+
+/// Names each outcome after its op: `index` (from `first`, the flat index
+/// space of a transaction), `op`, and `type: "kv"` inside a transaction.
+pub(crate) fn name_outcomes(results: &mut [KvResult], names: &[&str], first: usize, in_transaction: bool) {
+    for (i, (r, name)) in results.iter_mut().zip(names).enumerate() {
+        r.index = first + i;
+        r.op = (*name).to_owned();
+        r.kind = in_transaction.then(|| "kv".to_owned());
     }
 }
 
-/// The get element from the live row (or its absence).
-pub(crate) fn get_element(key: &str, row: Option<tokio_postgres::Row>) -> Result<String, EngineError> {
-    let key_json = serde_json::to_string(key).map_err(|e| EngineError::Protocol(e.to_string()))?;
-    let Some(row) = row else {
-        return Ok(format!("{{\"index\": 0, \"op\": \"get\", \"key\": {key_json}, \"found\": false}}"));
-    };
-    let value: String = row.try_get(0)?;
-    let version: i64 = row.try_get(1)?;
-    let expires: Option<String> = row.try_get(2)?;
-    let updated: String = row.try_get(3)?;
-    let expires = match expires {
-        Some(t) => format!("\"{t}\""),
-        None => "null".into(),
-    };
-    Ok(format!(
-        "{{\"index\": 0, \"op\": \"get\", \"key\": {key_json}, \"found\": true, \"value\": {value}, \
-         \"version\": {version}, \"expiresAt\": {expires}, \"updatedAt\": \"{updated}\"}}"
-    ))
+/// The get outcome from the live row (or its absence): value, version,
+/// expiry and last write as `kv_get.sql` and `kv_get_batch.sql` select them.
+pub(crate) fn get_outcome(key: &str, row: Option<tokio_postgres::Row>) -> Result<KvResult, EngineError> {
+    let mut r = KvResult { key: Some(key.to_owned()), found: Some(row.is_some()), ..KvResult::default() };
+    if let Some(row) = row {
+        let value: String = row.try_get(0)?;
+        let version: i64 = row.try_get(1)?;
+        r.value = Some(RawValue::from_string(value).map_err(|e| EngineError::Protocol(e.to_string()))?);
+        r.version = Some(u64::try_from(version).map_err(|e| EngineError::Protocol(e.to_string()))?);
+        r.expires_at = row.try_get(2)?;
+        r.updated_at = row.try_get(3)?;
+    }
+    Ok(r)
 }
 
-/// A `required` write that did not apply aborts the call: the 200 body of
-/// the lost precondition (nothing was written, the statement wrote nothing).
-pub(crate) fn refuse_if_lost(inner: &str, key: &str) -> Result<(), EngineError> {
-    #[derive(Deserialize)]
-    struct Verdict<'a> {
-        applied: bool,
-        reason: Option<String>,
-        version: Option<i64>,
-        #[serde(borrow)]
-        value: Option<&'a RawValue>,
-    }
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Lost<'a> {
-        ok: bool,
-        reason: &'static str,
-        failed_index: usize,
-        kv_reason: Option<String>,
-        key: &'a str,
-        version: Option<i64>,
-        value: Option<&'a RawValue>,
-    }
-    let v: Verdict = serde_json::from_str(inner).map_err(|e| EngineError::Protocol(e.to_string()))?;
-    if v.applied {
-        return Ok(());
-    }
-    let body = serde_json::to_string(&Lost {
-        ok: false,
-        reason: "kv_precondition",
-        failed_index: 0,
-        kv_reason: v.reason,
-        key,
-        version: v.version,
-        value: v.value,
+/// A `required` op that did not apply lost its precondition: the facts the
+/// refusal carries (the call wrote nothing; `index` is the op's).
+pub(crate) fn lost(result: &KvResult, index: usize) -> Option<PreconditionLost> {
+    (result.applied == Some(false)).then(|| PreconditionLost {
+        failed_index: index,
+        kv_reason: result.reason.clone().unwrap_or_default(),
+        key: result.key.clone(),
+        version: result.version.unwrap_or(0),
+        value: result.value.clone(),
     })
-    .map_err(|e| EngineError::Protocol(e.to_string()))?;
-    Err(EngineError::Refused(body))
+}
+
+/// The body of a KV call that ran.
+pub(crate) fn results_body(results: &[KvResult]) -> Result<Json, EngineError> {
+    serde_json::to_string(&KvResults { results })
+        .map(Json)
+        .map_err(|e| EngineError::Protocol(e.to_string()))
 }
 
 /// The verdict of one write (put, putIfAbsent, delete, check, incr) as its
 /// own statement: the JSON object its SQL function answered.
-pub(crate) async fn write_one(client: &crate::db::Conn, op: &KvOp) -> Result<String, EngineError> {
+pub(crate) async fn write_one(client: &crate::db::Conn, op: &KvOp) -> Result<KvResult, EngineError> {
     let ttl = |e: &Expiry| e.columns().0;
     let forever = |e: &Expiry| e.columns().1;
     let version = |v: u64| v as i64;
@@ -269,5 +250,6 @@ pub(crate) async fn write_one(client: &crate::db::Conn, op: &KvOp) -> Result<Str
             return Err(EngineError::Protocol(format!("{} is not a write", op.name())));
         }
     };
-    Ok(row.try_get(0)?)
+    let record: String = row.try_get(0)?;
+    outcome(&record)
 }

@@ -7,7 +7,7 @@ use crate::batch::{
     answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting, STALL_AFTER,
 };
 use crate::db::Pool;
-use crate::kv::get_element;
+use crate::kv::{get_outcome, KvResult};
 use crate::EngineError;
 
 /// Gets in one statement.
@@ -20,7 +20,7 @@ pub(crate) struct GetKey {
 }
 
 /// Concurrent single-key gets: one `unnest` join on the primary key.
-pub(crate) type GetBatcher = Batcher<GetKey, String>;
+pub(crate) type GetBatcher = Batcher<GetKey, KvResult>;
 
 /// `max_read`: the bytes of values one statement may answer
 /// (`kv_max_read_bytes`); the rest of a batch is asked again.
@@ -31,10 +31,15 @@ pub(crate) fn start_gets(pool: Pool, slots: usize, max_read: i64, stats: Arc<Bat
     })
 }
 
-async fn run_gets(pool: Pool, max_read: i64, batch: Vec<Waiting<GetKey, String>>) -> Answered {
+async fn run_gets(pool: Pool, max_read: i64, batch: Vec<Waiting<GetKey, KvResult>>) -> Answered {
     let alone = |g: GetKey| {
         let pool = pool.clone();
-        async move { get_many(&pool, &[&g], max_read).await.map(|mut e| e.pop().unwrap_or_default()) }
+        async move {
+            get_many(&pool, &[&g], max_read)
+                .await?
+                .pop()
+                .ok_or_else(|| EngineError::Protocol("a KV get answered nothing".into()))
+        }
     };
     let Some(batch) = unless_alone(batch, &alone).await else { return Answered::Together };
     let keys: Vec<&GetKey> = batch.iter().map(|w| &w.request).collect();
@@ -46,7 +51,7 @@ async fn run_gets(pool: Pool, max_read: i64, batch: Vec<Waiting<GetKey, String>>
 /// The answers of `batch`, index-aligned. Each statement answers at most
 /// `max_read` bytes of values (and always its first row): what did not fit
 /// is asked again, so a batch of large values never makes one huge answer.
-async fn get_many(pool: &Pool, batch: &[&GetKey], max_read: i64) -> Result<Vec<String>, EngineError> {
+async fn get_many(pool: &Pool, batch: &[&GetKey], max_read: i64) -> Result<Vec<KvResult>, EngineError> {
     let client = pool.get().await?;
     let mut rows: Vec<Option<tokio_postgres::Row>> = (0..batch.len()).map(|_| None).collect();
     if let [one] = batch {
@@ -78,5 +83,5 @@ async fn get_many(pool: &Pool, batch: &[&GetKey], max_read: i64) -> Result<Vec<S
             asked = again;
         }
     }
-    batch.iter().zip(rows).map(|(g, row)| get_element(&g.key, row)).collect()
+    batch.iter().zip(rows).map(|(g, row)| get_outcome(&g.key, row)).collect()
 }

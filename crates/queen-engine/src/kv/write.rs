@@ -8,14 +8,14 @@ use crate::batch::{
     MAX_BATCH_BYTES, STALL_AFTER,
 };
 use crate::db::Pool;
-use crate::kv::{write_one, Expect, KvColumns, KvOp};
+use crate::kv::{outcome, write_one, Expect, KvColumns, KvOp, KvResult};
 use crate::EngineError;
 
 /// Writes in one statement.
 const MAX_WRITES: usize = 256;
 
 /// Concurrent single-op KV writes: one `queen.kv_write_rows` call, one commit.
-pub(crate) type WriteBatcher = Batcher<KvOp, String>;
+pub(crate) type WriteBatcher = Batcher<KvOp, KvResult>;
 
 pub(crate) fn start_writes(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> WriteBatcher {
     let budget = Budget { ceiling: [MAX_WRITES, MAX_BATCH_BYTES], cost: |op: &KvOp| [1, op.value_bytes()] };
@@ -24,7 +24,7 @@ pub(crate) fn start_writes(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> 
     })
 }
 
-async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) -> Answered {
+async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, KvResult>>) -> Answered {
     let alone = |op: KvOp| {
         let pool = pool.clone();
         async move {
@@ -42,7 +42,7 @@ async fn run_writes(pool: Pool, batch: Vec<Waiting<KvOp, String>>) -> Answered {
 /// The verdicts of several single-op writes, index-aligned with `ops`.
 /// `queen.kv_write_rows` applies them in (ns, key) byte order, arrival
 /// order within a key: the order every KV writer locks keys in.
-async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineError> {
+async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<KvResult>, EngineError> {
     if let Some(puts) = PutColumns::of(ops) {
         let client = pool.get().await?;
         let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_put_batch.sql")).await?;
@@ -50,7 +50,7 @@ async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineErr
             .query_one(&stmt, &[&puts.ns, &puts.key, &puts.value, &puts.ttl, &puts.forever, &puts.if_absent])
             .await?;
         let verdicts: Option<Vec<String>> = row.try_get(0)?;
-        return Ok(verdicts.unwrap_or_default());
+        return verdicts.unwrap_or_default().iter().map(|v| outcome(v)).collect();
     }
     if let Some(incrs) = IncrColumns::of(ops) {
         let client = pool.get().await?;
@@ -62,14 +62,14 @@ async fn write_many(pool: &Pool, ops: &[&KvOp]) -> Result<Vec<String>, EngineErr
             )
             .await?;
         let verdicts: Option<Vec<String>> = row.try_get(0)?;
-        return Ok(verdicts.unwrap_or_default());
+        return verdicts.unwrap_or_default().iter().map(|v| outcome(v)).collect();
     }
     let c = KvColumns::of(ops.iter().copied());
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_write_batch.sql")).await?;
     let row = client.query_one(&stmt, &c.params()).await?;
     let verdicts: Vec<String> = row.try_get(0)?;
-    Ok(verdicts)
+    verdicts.iter().map(|v| outcome(v)).collect()
 }
 
 /// The arrays of `kv_put_batch.sql`: a batch of puts (no expect, or expect
