@@ -242,7 +242,9 @@ fn answer(record: &str, bundle: &Bundle) -> Result<Json, EngineError> {
     let protocol = |e: serde_json::Error| EngineError::Protocol(format!("a transaction record: {e}"));
     let mut r: TxRecord = serde_json::from_str(record).map_err(protocol)?;
     if r.kv.len() != bundle.kv.len() {
-        return Err(EngineError::Protocol("a transaction answered another number of KV results than ops".into()));
+        return Err(EngineError::Protocol(
+            "a transaction answered another number of KV results than ops".into(),
+        ));
     }
     let names: Vec<&str> = bundle.kv.iter().map(KvOp::name).collect();
     let first = usize::try_from(bundle.slots).map_err(|e| EngineError::Protocol(e.to_string()))?;
@@ -313,13 +315,15 @@ pub(crate) async fn plain_bundles_call(
         .into_iter()
         .zip(refused)
         .zip(bundles.iter().zip(&tx_ids))
-        .map(|((body, refused), (bundle, tx_id))| {
-            if refused {
-                Err(refusal(body, tx_id))
-            } else {
-                answer(&body, bundle)
-            }
-        })
+        .map(
+            |((body, refused), (bundle, tx_id))| {
+                if refused {
+                    Err(refusal(body, tx_id))
+                } else {
+                    answer(&body, bundle)
+                }
+            },
+        )
         .collect())
 }
 

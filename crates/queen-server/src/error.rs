@@ -72,7 +72,9 @@ impl IntoResponse for ApiError {
                 json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST), body)
             }
             ApiError::Engine(EngineError::Refused(body)) => json_response(StatusCode::OK, body),
-            ApiError::Engine(EngineError::PreconditionLost(lost)) => json_response(StatusCode::OK, lost.kv_body()),
+            ApiError::Engine(EngineError::PreconditionLost(lost)) => {
+                json_response(StatusCode::OK, lost.kv_body())
+            }
             ApiError::Engine(EngineError::UnstorableText(detail)) => {
                 let body = serde_json::json!({
                     "error": "body contains a string PostgreSQL cannot store (\\u0000 or a lone surrogate)",

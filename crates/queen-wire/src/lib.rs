@@ -16,7 +16,9 @@ pub mod timers;
 
 pub use dlq::{DlqQuery, ReplayTarget};
 pub use ephemeral::EphemeralPop;
-pub use kv::{ops_to_wire, Expect, Expiry, Invalid, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost};
+pub use kv::{
+    ops_to_wire, Expect, Expiry, Invalid, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost,
+};
 pub use locks::{LockHolder, LockOp, LockResult};
 pub use pop::PopRequest;
 pub use reads::{FetchEntry, Fetched, FetchedRecord};

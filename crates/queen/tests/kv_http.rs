@@ -1498,9 +1498,8 @@ async fn each_op_answers_the_same_element_alone_in_a_call_of_several_and_in_a_tr
     };
     let all: Vec<Value> = reads_and_refusals.iter().chain(&pages).cloned().collect();
     let together = ok(&b, json!(all)).await;
-    let (status, tx) = b
-        .post("/api/v1/transaction", &json!({"operations": [], "kv": reads_and_refusals}))
-        .await;
+    let (status, tx) =
+        b.post("/api/v1/transaction", &json!({"operations": [], "kv": reads_and_refusals})).await;
     assert_eq!(status, 200, "{tx}");
     assert_eq!(tx["success"], json!(true), "{tx}");
     let in_tx = tx["results"].as_array().expect("results").clone();
@@ -1528,7 +1527,8 @@ async fn each_op_answers_the_same_element_alone_in_a_call_of_several_and_in_a_tr
 async fn a_lost_precondition_answers_the_same_body_alone_and_in_a_call_of_several() {
     let b = TestBroker::start().await;
     let w = one(&b, put(NS, "k", json!({"v": 1}))).await;
-    let lose = json!({"op": "putIfAbsent", "ns": NS, "key": "k", "value": 2, "forever": true, "required": true});
+    let lose =
+        json!({"op": "putIfAbsent", "ns": NS, "key": "k", "value": 2, "forever": true, "required": true});
     let (s1, alone) = call(&b, json!([lose])).await;
     let (s2, several) = call(&b, json!([get(NS, "other"), lose])).await;
     assert_eq!((s1, s2), (200, 200));

@@ -499,9 +499,8 @@ async fn a_lone_put_in_a_bundle_answers_as_kv_apply_would() {
                 ARRAY[$6::boolean], ARRAY[$4::bigint], ARRAY[$5::boolean], ARRAY[NULL::numeric],
                 ARRAY[NULL::numeric], ARRAY[NULL::numeric], ARRAY[NULL::jsonb], ARRAY[NULL::text],
                 ARRAY[NULL::text], ARRAY[NULL::integer], ARRAY[NULL::boolean]";
-    let general = format!(
-        "SELECT queen.kv_apply({cols}, '{{\"offset\": 0, \"maxReadBytes\": 4194304}}')::text"
-    );
+    let general =
+        format!("SELECT queen.kv_apply({cols}, '{{\"offset\": 0, \"maxReadBytes\": 4194304}}')::text");
     let lone = format!(
         "SELECT queen.transaction_rows('T', NULL, 4194304, 0, '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}',
            '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', '{{}}', {cols},

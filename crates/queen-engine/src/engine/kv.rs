@@ -46,7 +46,9 @@ impl Engine {
                 params.push(&ctx);
                 let row = match client.query_one(&stmt, &params).await {
                     Ok(row) => row,
-                    Err(EngineError::PreconditionLost(lost)) => return Ok(KvOutcome::PreconditionLost(*lost)),
+                    Err(EngineError::PreconditionLost(lost)) => {
+                        return Ok(KvOutcome::PreconditionLost(*lost))
+                    }
                     Err(e) => return Err(kv_input_error(e)),
                 };
                 let records: Option<String> = row.try_get(0)?;
@@ -54,7 +56,9 @@ impl Engine {
             }
         };
         if results.len() != names.len() {
-            return Err(EngineError::Protocol("a KV call answered another number of results than ops".into()));
+            return Err(EngineError::Protocol(
+                "a KV call answered another number of results than ops".into(),
+            ));
         }
         name_outcomes(&mut results, &names, 0, false);
         Ok(KvOutcome::Done(results))

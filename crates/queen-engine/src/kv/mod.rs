@@ -10,7 +10,9 @@ pub(crate) mod decode;
 pub(crate) mod read;
 pub(crate) mod write;
 
-pub use queen_wire::{ops_to_wire, Expect, Expiry, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost};
+pub use queen_wire::{
+    ops_to_wire, Expect, Expiry, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost,
+};
 use serde_json::value::RawValue;
 
 use crate::{EngineError, Json};
@@ -208,9 +210,7 @@ pub(crate) fn lost(result: &KvResult, index: usize) -> Option<PreconditionLost> 
 
 /// The body of a KV call that ran.
 pub(crate) fn results_body(results: &[KvResult]) -> Result<Json, EngineError> {
-    serde_json::to_string(&KvResults { results })
-        .map(Json)
-        .map_err(|e| EngineError::Protocol(e.to_string()))
+    serde_json::to_string(&KvResults { results }).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
 }
 
 /// The verdict of one write (put, putIfAbsent, delete, check, incr) as its
