@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Api, BrokerProcess, ServeSpec, TestDb};
+use common::{Api, BrokerProcess, Rng, ServeSpec, TestDb};
 use serde_json::{json, Value};
 
 const QUEUE: &str = "crash";
@@ -81,18 +81,6 @@ impl Ledger {
     fn unexpected(&self, what: String) {
         eprintln!("unexpected: {what}");
         self.unexpected.lock().unwrap().push(what);
-    }
-}
-
-/// xorshift64, seeded (printed, and settable with QUEEN_CRASH_SEED).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 
@@ -291,7 +279,8 @@ async fn sigkill_at_random_moments_loses_nothing_and_repeats_only_in_flight_effe
     let seed = std::env::var("QUEEN_CRASH_SEED").ok().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
     }) | 1;
-    let mut rng = Rng(seed);
+    // Seeded (printed, and settable with QUEEN_CRASH_SEED).
+    let mut rng = Rng::new(seed);
     eprintln!("crash harness: kills={kills} messages={max_messages} seed={seed}");
 
     let db = TestDb::create().await;

@@ -8,7 +8,7 @@ mod kvh;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestBroker;
+use common::{Rng, TestBroker};
 use kvh::*;
 use serde_json::{json, Value};
 use tokio::sync::Barrier;

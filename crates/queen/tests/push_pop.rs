@@ -893,3 +893,44 @@ async fn concurrent_multi_partition_consumers_consume_everything_exactly_once() 
         assert_eq!(lane, sorted, "partition p{p} in order");
     }
 }
+
+/// Over HTTP, with the broker's default options: racing auto-ack pops meet
+/// in the pop batcher and still deliver every message exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_http_pops_share_statements_and_deliver_each_message_once() {
+    let b = TestBroker::start().await;
+    for p in 0..16 {
+        b.push_txids("http", &format!("p{p}"), &txids(&format!("p{p}"), 4)).await;
+    }
+    let mut seen: HashSet<String> = HashSet::new();
+    for _round in 0..20 {
+        let answers = common::all_at_once((0..32).collect::<Vec<_>>(), |_| {
+            let api = b.api();
+            async move { api.get("/api/v1/pop/queue/http?batch=2&wait=false&autoAck=true").await }
+        })
+        .await;
+        for (status, body) in answers {
+            match status {
+                200 => {
+                    for tx in tx_ids(&body) {
+                        assert!(seen.insert(tx.clone()), "{tx} delivered twice");
+                    }
+                }
+                204 => {}
+                other => panic!("pop answered {other}: {body}"),
+            }
+        }
+        if seen.len() == 64 {
+            break;
+        }
+    }
+    assert_eq!(seen.len(), 64, "every message is delivered");
+    let sizes = b.engine.batch_sizes(queen_engine::BatchKind::Pop);
+    assert!(
+        sizes.count < sizes.sum,
+        "{} statements for {} pops: nothing was batched",
+        sizes.count,
+        sizes.sum
+    );
+    assert_eq!(sizes.retried, 0);
+}

@@ -9,12 +9,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{all_at_once, db_config, TestBroker};
+use common::{all_at_once, db_config, TestEngine};
 use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
 use serde_json::{json, Value};
 use tokio::sync::Barrier;
 
-fn engine_with_slots(b: &TestBroker, slots: usize) -> Arc<Engine> {
+fn engine_with_slots(b: &TestEngine, slots: usize) -> Arc<Engine> {
     let options = EngineOptions {
         kv_write_batch_slots: slots,
         ack_batch_slots: slots,
@@ -41,7 +41,7 @@ async fn kv_all(engine: &Arc<Engine>, bodies: Vec<Value>) -> Vec<Result<Value, E
 
 /// Deadlocks PostgreSQL has counted in this test's database. Statistics
 /// reach the shared counters within about a second of a transaction's end.
-async fn deadlocks(b: &TestBroker) -> i64 {
+async fn deadlocks(b: &TestEngine) -> i64 {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let sql = b.sql().await;
     sql.batch_execute("select pg_stat_clear_snapshot()").await.expect("clear");
@@ -54,7 +54,7 @@ async fn deadlocks(b: &TestBroker) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_batched_put_if_absent_on_one_key_have_one_winner_that_every_loser_names() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let bodies = (0..64)
         .map(|i| json!([{"op": "putIfAbsent", "ns": "race", "key": "once", "value": {"by": i}, "ttlSeconds": 600}]))
@@ -84,7 +84,7 @@ async fn sixty_four_batched_put_if_absent_on_one_key_have_one_winner_that_every_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batched_incr_with_max_never_passes_it_and_versions_rise_with_the_value() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let bodies = (0..64)
         .map(|_| json!([{"op": "incr", "ns": "race", "key": "n", "delta": 1, "max": 50, "forever": true}]))
@@ -110,7 +110,7 @@ async fn batched_incr_with_max_never_passes_it_and_versions_rise_with_the_value(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_member_of_a_write_batch_gets_its_own_verdict() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     engine.kv(r#"[{"op":"put","ns":"m","key":"held","value":1,"forever":true}]"#).await.expect("seed");
     let mut bodies = Vec::new();
@@ -166,7 +166,7 @@ async fn each_member_of_a_write_batch_gets_its_own_verdict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_write_batch_that_fails_as_a_whole_fails_only_its_poison_member() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     // Only the database can refuse this key: a trigger stands in for any
     // failure a statement meets after the engine's checks.
@@ -200,7 +200,7 @@ async fn a_write_batch_that_fails_as_a_whole_fails_only_its_poison_member() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn write_batches_in_opposite_key_orders_beside_multi_op_calls_never_deadlock() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 4);
     let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
     let mut bodies = Vec::new();
@@ -232,7 +232,7 @@ async fn write_batches_in_opposite_key_orders_beside_multi_op_calls_never_deadlo
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deletes_checks_and_writes_of_one_key_mixed_in_batches_never_conflict() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 4);
     // A batch may hold a delete (a row lock) and then a put of the same key
     // (the key lock): without the key lock first, two such batches deadlock.
@@ -272,7 +272,7 @@ async fn deletes_checks_and_writes_of_one_key_mixed_in_batches_never_conflict() 
 /// each member's verdict is still the one kv_put gives alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn set_based_put_batches_answer_each_member_as_kv_put_would() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let sql = b.sql().await;
     // live0..7 are live, dead0..7 expired but not yet swept, new0..7 absent.
@@ -355,7 +355,7 @@ async fn set_based_put_batches_answer_each_member_as_kv_put_would() {
 /// although its statement began before the winner committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn set_based_put_if_absent_batches_of_two_engines_keep_one_winner_per_key() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engines = [engine_with_slots(&b, 1), engine_with_slots(&b, 1)];
     for round in 0..5 {
         let barrier = Arc::new(Barrier::new(64));
@@ -395,7 +395,7 @@ async fn set_based_put_if_absent_batches_of_two_engines_keep_one_winner_per_key(
 /// expired one starts over with the call's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn set_based_incr_batches_answer_each_member_as_kv_incr_would() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let sql = b.sql().await;
     // The same rows in two namespaces: `b` for the batches, `s` for serial kv_incr calls.
@@ -492,7 +492,7 @@ async fn set_based_incr_batches_answer_each_member_as_kv_incr_would() {
 /// refusal names the counter at its max.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn set_based_incr_batches_of_two_engines_never_pass_max() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engines = [engine_with_slots(&b, 1), engine_with_slots(&b, 1)];
     let mut applied = 0;
     for _round in 0..4 {
@@ -528,7 +528,7 @@ async fn set_based_incr_batches_of_two_engines_never_pass_max() {
 }
 
 /// Pushes one message to each partition and pops them all under `group`.
-async fn leased(b: &TestBroker, engine: &Engine, queue: &str, partitions: usize, per: usize) -> Vec<Value> {
+async fn leased(b: &TestEngine, engine: &Engine, queue: &str, partitions: usize, per: usize) -> Vec<Value> {
     for p in 0..partitions {
         let items: Vec<(String, Value)> = (0..per).map(|i| (format!("{queue}-{p}-{i}"), json!(i))).collect();
         let items: Vec<(&str, Value)> = items.iter().map(|(t, v)| (t.as_str(), v.clone())).collect();
@@ -567,7 +567,7 @@ async fn ack_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value,
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batched_acks_on_one_partition_commit_the_cursor_as_serial_acks_would() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let messages = leased(&b, &engine, "acks", 1, 64).await;
     let answers = ack_all(&engine, messages.iter().map(|m| ack_body(m, "completed")).collect()).await;
@@ -587,7 +587,7 @@ async fn batched_acks_on_one_partition_commit_the_cursor_as_serial_acks_would() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_nack_in_an_ack_batch_clamps_only_its_own_cursor() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let messages = leased(&b, &engine, "mixed", 16, 1).await;
     let bodies: Vec<String> = messages
@@ -619,7 +619,7 @@ async fn a_nack_in_an_ack_batch_clamps_only_its_own_cursor() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ack_batches_over_interleaved_partitions_never_deadlock() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 4);
     let messages = leased(&b, &engine, "cross", 2, 32).await;
     let last = |p: &str| messages.iter().rev().find(|m| m["partition"] == p).cloned().expect("message");
@@ -654,7 +654,7 @@ async fn ack_batches_over_interleaved_partitions_never_deadlock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_ack_batch_that_fails_as_a_whole_fails_only_its_poison_request() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let messages = leased(&b, &engine, "poison", 8, 1).await;
     b.sql()
@@ -695,7 +695,7 @@ async fn an_ack_batch_that_fails_as_a_whole_fails_only_its_poison_request() {
 /// alone: its own indexes from 0, its own refusals, its cursor moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batched_acks_on_distinct_cursors_answer_each_request_as_alone() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = engine_with_slots(&b, 1);
     let messages = leased(&b, &engine, "distinct", 16, 2).await;
     let wrong = uuid::Uuid::new_v4().to_string();

@@ -3,13 +3,11 @@
 //! multibyte and 4-byte characters, `%`, `_`, `\` and code points near
 //! U+FFFF and U+10FFFF, and random prefixes walked to the end.
 mod common;
-#[path = "common/kv.rs"]
-mod kvh;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use common::TestBroker;
-use kvh::Rng;
+use common::Rng;
+use common::TestEngine;
 use queen_engine::{Engine, Expect, Expiry, KvOp, KvOutcome, KvResult};
 use serde_json::value::RawValue;
 
@@ -137,7 +135,7 @@ async fn walk(
 
 #[tokio::test]
 async fn get_prefix_walks_return_exactly_the_byte_prefixed_keys_in_byte_order() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let mut rng = Rng::new(0x5eed_0001);
     let model = insert_random_keys(&b.engine, &mut rng, 1500).await;
     let keys: Vec<&String> = model.iter().collect();
@@ -179,7 +177,7 @@ async fn get_prefix_walks_return_exactly_the_byte_prefixed_keys_in_byte_order() 
 
 #[tokio::test]
 async fn get_many_answers_rows_in_byte_order_and_missing_in_request_order_for_random_keys() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let mut rng = Rng::new(0x5eed_0002);
     let model = insert_random_keys(&b.engine, &mut rng, 300).await;
     let keys: Vec<String> = model.iter().cloned().collect();
@@ -214,7 +212,7 @@ struct Want {
 
 #[tokio::test]
 async fn random_write_sequences_match_a_model_of_versions_preconditions_and_incr() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let mut rng = Rng::new(0x5eed_0003);
     let keys = ["k:a", "k:b", "k:%", "k:é", "k:😀"];
     // key -> (value, version) of the live row.

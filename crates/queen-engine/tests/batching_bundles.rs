@@ -8,11 +8,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{all_at_once, db_config, TestBroker};
+use common::{all_at_once, db_config, TestEngine};
 use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
 use serde_json::{json, Value};
 
-fn bundle_batching_engine(b: &TestBroker, slots: usize) -> Arc<Engine> {
+fn bundle_batching_engine(b: &TestEngine, slots: usize) -> Arc<Engine> {
     let options =
         EngineOptions { transaction_batch_slots: slots, kv_sweep_interval: None, ..EngineOptions::default() };
     Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"))
@@ -65,7 +65,7 @@ async fn run_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value,
 }
 
 /// Messages still on their lane's cursor (not acked) among `m`.
-async fn unacked(b: &TestBroker) -> i64 {
+async fn unacked(b: &TestEngine) -> i64 {
     b.scalar(
         "SELECT count(*) FROM queen.messages m JOIN queen.cursors c ON c.partition_id = m.partition_id
           WHERE c.consumer_group = '__QUEUE_MODE__' AND m.seq >= c.next_seq",
@@ -75,7 +75,7 @@ async fn unacked(b: &TestBroker) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_once_ack_bundles_share_commits_and_each_commits_its_marker_with_its_ack() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = bundle_batching_engine(&b, 1);
     let messages = leased(&engine, "once", 48).await;
     let bodies: Vec<String> = messages
@@ -107,7 +107,7 @@ async fn racing_once_ack_bundles_share_commits_and_each_commits_its_marker_with_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_refused_bundle_in_a_batch_changes_nothing_and_the_others_commit() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = bundle_batching_engine(&b, 1);
     let messages = leased(&engine, "refuse", 32).await;
     // The marker of bundle 11 is taken already: it must roll back whole
@@ -164,7 +164,7 @@ async fn a_refused_bundle_in_a_batch_changes_nothing_and_the_others_commit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_bundle_with_a_stale_lease_in_a_batch_is_refused_alone_and_the_others_commit() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = bundle_batching_engine(&b, 1);
     let mut messages = leased(&engine, "stale", 24).await;
     // Bundle 5 acks under a lease that is not the cursor's.
@@ -190,7 +190,7 @@ async fn a_bundle_with_a_stale_lease_in_a_batch_is_refused_alone_and_the_others_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bundles_racing_one_marker_in_batches_have_exactly_one_winner() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = bundle_batching_engine(&b, 1);
     let messages = leased(&engine, "race", 32).await;
     let bodies: Vec<String> = messages.iter().map(|m| once_ack(m, "the-one")).collect();
@@ -211,7 +211,7 @@ async fn bundles_racing_one_marker_in_batches_have_exactly_one_winner() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn bundle_batches_writing_keys_in_opposite_orders_never_deadlock() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     // Two slots: two batches in flight at once, locking the same keys.
     let engine = bundle_batching_engine(&b, 2);
     // Bundles of one incr each, keys in ascending then descending runs: a
@@ -262,7 +262,7 @@ fn without_versions(mut answer: Value) -> Value {
 /// key does not take it. Each run rolls back.
 #[tokio::test]
 async fn a_once_ack_batch_in_one_pass_answers_each_bundle_as_alone() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = bundle_batching_engine(&b, 1);
     let m = leased(&engine, "pass", 3).await;
     let client = b.sql().await;

@@ -7,11 +7,11 @@ mod common;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use common::{all_at_once, db_config, TestBroker};
+use common::{all_at_once, db_config, TestEngine};
 use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
 use serde_json::Value;
 
-fn pop_batching_engine(b: &TestBroker) -> Arc<Engine> {
+fn pop_batching_engine(b: &TestEngine) -> Arc<Engine> {
     let options = EngineOptions { pop_batch_slots: 1, kv_sweep_interval: None, ..EngineOptions::default() };
     Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"))
 }
@@ -55,7 +55,7 @@ fn transaction_ids(answer: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_pops_of_one_lane_in_batches_lease_it_to_exactly_one() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = pop_batching_engine(&b);
     fill(&engine, "one-lane", 1, 10).await;
     let answers = pop_all(&engine, (0..64).map(|_| pop_of("one-lane", 10, false)).collect()).await;
@@ -79,7 +79,7 @@ async fn racing_pops_of_one_lane_in_batches_lease_it_to_exactly_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batched_auto_ack_pops_deliver_every_message_once_in_lane_order() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = pop_batching_engine(&b);
     fill(&engine, "drain", 4, 60).await;
     let mut seen: HashSet<String> = HashSet::new();
@@ -117,7 +117,7 @@ async fn batched_auto_ack_pops_deliver_every_message_once_in_lane_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_pop_batch_with_a_bad_member_answers_the_others_and_refuses_only_it() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = pop_batching_engine(&b);
     // Member 9 registers a new group with a start the database refuses; the
     // others pop queue mode. A batch holding it fails as a whole, so each of
@@ -168,7 +168,7 @@ async fn a_pop_batch_with_a_bad_member_answers_the_others_and_refuses_only_it() 
 /// makes the whole commit wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pop_batch_waits_for_the_flush_when_any_member_needs_it() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = pop_batching_engine(&b);
     fill(&engine, "flush", 4, 4).await;
     // Registers queue mode (the registering pop is durable), so that the
@@ -217,7 +217,7 @@ async fn a_pop_batch_waits_for_the_flush_when_any_member_needs_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batched_pops_of_two_groups_each_see_every_message() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = pop_batching_engine(&b);
     fill(&engine, "groups", 8, 5).await;
     let mut seen: HashMap<String, HashSet<String>> = HashMap::new();
@@ -245,45 +245,6 @@ async fn batched_pops_of_two_groups_each_see_every_message() {
     }
 }
 
-/// Over HTTP, with the broker's default options: racing auto-ack pops meet
-/// in the pop batcher and still deliver every message exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_http_pops_share_statements_and_deliver_each_message_once() {
-    let b = TestBroker::start().await;
-    fill(&b.engine, "http", 16, 4).await;
-    let mut seen: HashSet<String> = HashSet::new();
-    for _round in 0..20 {
-        let answers = all_at_once((0..32).collect::<Vec<_>>(), |_| {
-            let api = b.api();
-            async move { api.get("/api/v1/pop/queue/http?batch=2&wait=false&autoAck=true").await }
-        })
-        .await;
-        for (status, body) in answers {
-            match status {
-                200 => {
-                    for tx in transaction_ids(&body) {
-                        assert!(seen.insert(tx.clone()), "{tx} delivered twice");
-                    }
-                }
-                204 => {}
-                other => panic!("pop answered {other}: {body}"),
-            }
-        }
-        if seen.len() == 64 {
-            break;
-        }
-    }
-    assert_eq!(seen.len(), 64, "every message is delivered");
-    let sizes = b.engine.batch_sizes(BatchKind::Pop);
-    assert!(
-        sizes.count < sizes.sum,
-        "{} statements for {} pops: nothing was batched",
-        sizes.count,
-        sizes.sum
-    );
-    assert_eq!(sizes.retried, 0);
-}
-
 /// The common batch (members naming their own lanes, leasing, registered
 /// groups) runs in one pass (`queen.pop_named_batch`): each member gets
 /// what it would alone (its lane's first messages in order, a lease of its
@@ -292,7 +253,7 @@ async fn racing_http_pops_share_statements_and_deliver_each_message_once() {
 /// rounds batch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn batched_pops_of_named_lanes_each_get_their_own_lane_in_order() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = pop_batching_engine(&b);
     fill(&engine, "named", 12, 6).await;
     // Register the queue-mode group (a first pop registers it).

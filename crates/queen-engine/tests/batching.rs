@@ -6,11 +6,11 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use common::{all_at_once, db_config, TestBroker};
+use common::{all_at_once, db_config, TestEngine};
 use queen_engine::{BatchKind, Engine, EngineError, EngineOptions, PopRequest};
 use serde_json::Value;
 
-fn batching_engine(b: &TestBroker) -> Arc<Engine> {
+fn batching_engine(b: &TestEngine) -> Arc<Engine> {
     let options = EngineOptions { push_batch_slots: 1, kv_sweep_interval: None, ..EngineOptions::default() };
     Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"))
 }
@@ -25,7 +25,7 @@ async fn push_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_pushes_share_batches_and_keep_fifo_dedup_and_their_own_answers() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = batching_engine(&b);
     // Make the partition exist, then race 64 requests: 48 distinct ids and
     // 16 that repeat one of them (each repeat is a duplicate of whichever
@@ -84,8 +84,8 @@ async fn racing_pushes_share_batches_and_keep_fifo_dedup_and_their_own_answers()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_size_judges_batched_requests_one_after_another() {
-    let b = TestBroker::start().await;
-    b.api().configure_ok("small", serde_json::json!({"maxSize": 10})).await;
+    let b = TestEngine::start().await;
+    b.configure_ok("small", serde_json::json!({"maxSize": 10})).await;
     let engine = batching_engine(&b);
     let bodies =
         (0..40).map(|i| format!(r#"[{{"queue":"small","transactionId":"m{i}","payload":{i}}}]"#)).collect();
@@ -99,7 +99,7 @@ async fn max_size_judges_batched_requests_one_after_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_that_fails_as_a_whole_is_retried_request_by_request() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let engine = batching_engine(&b);
     engine.set_maintenance(Some(true), None).await.expect("pause");
     let bodies = (0..20).map(|i| format!(r#"[{{"queue":"paused","transactionId":"m{i}"}}]"#)).collect();
@@ -119,8 +119,8 @@ async fn a_batch_that_fails_as_a_whole_is_retried_request_by_request() {
 /// it from the batcher, so its shape does not depend on timing.
 #[tokio::test]
 async fn a_transaction_id_repeated_after_a_refused_request_of_the_batch_is_queued() {
-    let b = TestBroker::start().await;
-    b.api().configure_ok("cap", serde_json::json!({"maxSize": 2})).await;
+    let b = TestEngine::start().await;
+    b.configure_ok("cap", serde_json::json!({"maxSize": 2})).await;
     b.push("cap", "p", &[("seed", serde_json::json!(0))]).await;
     let sql = b.sql().await;
     let row = sql

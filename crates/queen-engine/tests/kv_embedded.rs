@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{db_config, TestBroker};
+use common::{db_config, TestEngine};
 use queen_engine::{Engine, EngineError, EngineOptions, Expect, Expiry, KvOp, KvOutcome, KvResult};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -91,7 +91,7 @@ fn rejected(res: Result<KvOutcome, EngineError>) -> (u16, Value) {
 
 #[tokio::test]
 async fn embedded_get_keeps_found_and_a_stored_null_distinct() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let w = one(&b.engine, put("n", "null", Expiry::Forever)).await;
     assert_eq!(w.applied, Some(true));
     let rs = done(&b.engine, &[get("n"), get("missing")]).await;
@@ -109,7 +109,7 @@ async fn embedded_get_keeps_found_and_a_stored_null_distinct() {
 
 #[tokio::test]
 async fn embedded_put_if_absent_and_expect_absent_lose_with_the_winners_value_and_version() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let w = one(&b.engine, put_if_absent("once", r#"{"charge":"ch_1"}"#, false)).await;
     assert_eq!(w.op, "putIfAbsent");
     assert_eq!(w.applied, Some(true));
@@ -126,7 +126,7 @@ async fn embedded_put_if_absent_and_expect_absent_lose_with_the_winners_value_an
 
 #[tokio::test]
 async fn embedded_expect_version_is_a_pure_update_that_creates_nothing() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let r = one(&b.engine, put_expect("k", "1", Expect::from_wire(9), false)).await;
     assert_eq!(r.applied, Some(false));
     assert_eq!(r.reason.as_deref(), Some("absent"));
@@ -147,7 +147,7 @@ async fn embedded_expect_version_is_a_pure_update_that_creates_nothing() {
 
 #[tokio::test]
 async fn embedded_put_replaces_the_expiry_it_carries() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     one(&b.engine, put("k", "1", Expiry::secs(3600).unwrap())).await;
     let ttl = one(&b.engine, get("k")).await;
     assert!(ttl.expires_at.is_some());
@@ -159,7 +159,7 @@ async fn embedded_put_replaces_the_expiry_it_carries() {
 
 #[tokio::test]
 async fn embedded_a_one_second_ttl_is_gone_by_1200_ms_and_expect_absent_wins_over_it() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let written = std::time::Instant::now();
     let w = one(&b.engine, put("t", r#""short""#, Expiry::secs(1).unwrap())).await;
     let alive = one(&b.engine, get("t")).await;
@@ -175,7 +175,7 @@ async fn embedded_a_one_second_ttl_is_gone_by_1200_ms_and_expect_absent_wins_ove
 
 #[tokio::test]
 async fn embedded_incr_counts_from_zero_refuses_at_limits_and_guards_the_type() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let r = one(&b.engine, incr("c", "1", None, None, Expiry::Forever)).await;
     assert_eq!(r.applied, Some(true));
     assert_eq!(value(&r), json!(1));
@@ -198,7 +198,7 @@ async fn embedded_incr_counts_from_zero_refuses_at_limits_and_guards_the_type() 
 
 #[tokio::test]
 async fn embedded_incr_keeps_every_digit_and_its_ttl_only_on_create() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let e30 = format!("1{}", "0".repeat(30));
     one(&b.engine, incr("big", &e30, None, None, Expiry::secs(3600).unwrap())).await;
     let before = one(&b.engine, get("big")).await;
@@ -211,7 +211,7 @@ async fn embedded_incr_keeps_every_digit_and_its_ttl_only_on_create() {
 
 #[tokio::test]
 async fn embedded_a_lost_required_precondition_is_precondition_lost_and_writes_nothing() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let w = one(&b.engine, put("taken", r#"{"by":"winner"}"#, Expiry::Forever)).await;
     let out = b
         .engine
@@ -259,7 +259,7 @@ async fn embedded_a_lost_required_precondition_is_precondition_lost_and_writes_n
 
 #[tokio::test]
 async fn embedded_delete_and_check_answer_the_state_of_the_key() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let w = one(&b.engine, put("k", r#""v""#, Expiry::Forever)).await;
     let v = w.version.unwrap();
     let c =
@@ -287,7 +287,7 @@ async fn embedded_delete_and_check_answer_the_state_of_the_key() {
 
 #[tokio::test]
 async fn embedded_a_get_sees_the_state_before_the_write_and_multi_key_reads_see_it() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     one(&b.engine, put("o:k", r#""old""#, Expiry::Forever)).await;
     let rs = done(
         &b.engine,
@@ -311,7 +311,7 @@ async fn embedded_a_get_sees_the_state_before_the_write_and_multi_key_reads_see_
 
 #[tokio::test]
 async fn embedded_get_prefix_pages_in_byte_order_with_exact_truncation() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let keys = ["p:b", "p:a", "p:é", "p:Z", "p:%", "p:_", "q:x", "p"];
     done(&b.engine, &keys.iter().map(|k| put(k, "1", Expiry::Forever)).collect::<Vec<_>>()).await;
     let want = ["p:%", "p:Z", "p:_", "p:a", "p:b", "p:é"];
@@ -339,7 +339,7 @@ async fn embedded_get_prefix_pages_in_byte_order_with_exact_truncation() {
 
 #[tokio::test]
 async fn embedded_a_page_holds_at_least_one_row_even_above_the_byte_ceiling() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let options =
         EngineOptions { kv_max_read_bytes: 100, kv_sweep_interval: None, ..EngineOptions::default() };
     let small = Engine::connect(&db_config(&b.db), options).expect("engine");
@@ -371,7 +371,7 @@ async fn embedded_a_page_holds_at_least_one_row_even_above_the_byte_ceiling() {
 
 #[tokio::test]
 async fn embedded_bad_input_is_rejected_with_the_kv_reason_and_writes_nothing() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let e = &b.engine;
     let canary = || put("canary", "1", Expiry::Forever);
     let cases: Vec<(Vec<KvOp>, u16, &str)> = vec![
@@ -413,7 +413,7 @@ async fn embedded_bad_input_is_rejected_with_the_kv_reason_and_writes_nothing() 
 
 #[tokio::test]
 async fn embedded_kv_takes_the_wire_body_and_answers_the_wire_results() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let out = b
         .engine
         .kv(r#"{"operations":[{"op":"put","ns":"emb","key":"k","value":{"a":1},"forever":true},{"op":"get","ns":"emb","key":"k"}]}"#)
@@ -445,7 +445,7 @@ async fn embedded_kv_takes_the_wire_body_and_answers_the_wire_results() {
 /// caller still gets exactly its own key's answer, found or not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_gets_are_batched_and_each_answers_its_own_key() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let options =
         EngineOptions { kv_get_batch_slots: 1, kv_sweep_interval: None, ..EngineOptions::default() };
     let engine = std::sync::Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"));
@@ -488,7 +488,7 @@ async fn concurrent_gets_are_batched_and_each_answers_its_own_key() {
 /// ceiling plus one value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_large_gets_is_answered_within_the_byte_ceiling() {
-    let b = TestBroker::start().await;
+    let b = TestEngine::start().await;
     let options = EngineOptions {
         kv_get_batch_slots: 1,
         kv_max_read_bytes: 40_000,
