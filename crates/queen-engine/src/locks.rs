@@ -5,7 +5,7 @@
 //! `sql/functions/locks.sql` picks slots and draws tokens.
 
 pub use queen_wire::{LockHolder, LockOp, LockResult};
-use serde::Deserialize;
+
 use serde_json::value::RawValue;
 
 use crate::wire::{self, Fields, Kind};
@@ -234,7 +234,8 @@ fn slot(fields: &Fields<'_>, f: &str) -> Result<Option<u32>, EngineError> {
     }
 }
 
-#[derive(Deserialize)]
+/// The body of a locks call: one answer per op.
+#[derive(serde::Serialize)]
 pub(crate) struct Results {
     pub(crate) results: Vec<LockResult>,
 }

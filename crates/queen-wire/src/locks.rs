@@ -1,6 +1,6 @@
 //! Locks and semaphores.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 /// One lock operation. Names are at most 256 bytes, without control
@@ -49,7 +49,7 @@ pub enum LockOp {
 }
 
 /// One holder of a permit, as `get` and refusals list them.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LockHolder {
     /// The permit's slot (0 for a lock).
@@ -67,38 +67,55 @@ pub struct LockHolder {
 }
 
 /// The answer to one lock operation; which fields are set depends on the op.
-#[derive(Debug, Clone, Deserialize)]
+/// The engine writes every answer with this type (unset fields are left
+/// out); SQL answers the fields after `name`, which the engine sets.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LockResult {
     /// Position of the op in the call.
+    #[serde(default)]
     pub index: usize,
     /// The op's name.
+    #[serde(default)]
     pub op: String,
     /// The lock's name.
+    #[serde(default)]
     pub name: String,
     /// acquire: the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub acquired: Option<bool>,
     /// renew: the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub renewed: Option<bool>,
     /// release: the verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub released: Option<bool>,
     /// get: whether anybody holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub held: Option<bool>,
     /// acquire: the owner already held this permit.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub already: Option<bool>,
     /// Why an op did not apply: `held`, `contended` or `lost`.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// The permit's slot.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub slot: Option<u32>,
     /// The permit's token after the op.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub token: Option<i64>,
     /// The permit's owner.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
     /// When the permit lapses unless renewed.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
     /// The KV check op that guards a transaction bundle with this permit.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub guard: Option<Box<RawValue>>,
     /// Who holds it (get, and refusals).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub holders: Option<Vec<LockHolder>>,
 }
 

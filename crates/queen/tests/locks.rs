@@ -322,3 +322,45 @@ async fn embedded_lock_ops_are_typed_and_checked_like_http() {
         other => panic!("a bad name is refused: {other:?}"),
     }
 }
+
+/// The engine writes each answer (`LockResult`) from SQL's outcome: the
+/// fields an op answers and no others, named after the op in call order.
+#[tokio::test]
+async fn each_lock_answer_carries_exactly_its_ops_fields_in_call_order() {
+    let b = TestBroker::start().await;
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let (status, body) = b
+        .post(
+            "/api/v1/locks",
+            &json!({"operations": [
+                {"op": "get", "name": "z"},
+                {"op": "acquire", "name": "a", "ttlSeconds": 30, "owner": "w1"},
+                {"op": "release", "name": "m", "token": 1},
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let r = body["results"].as_array().expect("results");
+    let names: Vec<(&Value, &Value, &Value)> =
+        r.iter().map(|x| (&x["index"], &x["op"], &x["name"])).collect();
+    assert_eq!(
+        names,
+        vec![
+            (&json!(0), &json!("get"), &json!("z")),
+            (&json!(1), &json!("acquire"), &json!("a")),
+            (&json!(2), &json!("release"), &json!("m"))
+        ]
+    );
+    assert_eq!(keys(&r[0]), ["held", "holders", "index", "name", "op"]);
+    assert_eq!(
+        keys(&r[1]),
+        ["acquired", "expiresAt", "guard", "index", "name", "op", "owner", "slot", "token"]
+    );
+    assert_eq!(keys(&r[2]), ["index", "name", "op", "reason", "released"]);
+    let holders = lock(&b, json!({"op": "get", "name": "a"})).await;
+    assert_eq!(keys(&holders["holders"][0]), ["expiresAt", "owner", "renewedAt", "since", "slot", "token"]);
+}

@@ -153,7 +153,9 @@ BEGIN
   RETURN jsonb_build_object('released', false, 'reason', 'lost');
 END $$;
 
--- One locks call: ops applied in (name, index) order, answered in index order.
+-- One locks call: ops applied in (name, index) order; answers each op's
+-- outcome in index order (queen_wire::LockResult's fields after `name`: the
+-- engine names each and writes the answer).
 CREATE OR REPLACE FUNCTION queen.lock_apply(
   p_ops text[], p_names text[], p_owners text[], p_ttls bigint[], p_limits integer[],
   p_tokens bigint[], p_slots integer[])
@@ -178,7 +180,7 @@ BEGIN
         v_holders := queen.lock_holders(p_names[i]);
         v_answer := jsonb_build_object('held', jsonb_array_length(v_holders) > 0, 'holders', v_holders);
     END CASE;
-    v_results[i] := jsonb_build_object('index', i - 1, 'op', p_ops[i], 'name', p_names[i]) || v_answer;
+    v_results[i] := v_answer;
   END LOOP;
-  RETURN jsonb_build_object('results', to_jsonb(v_results))::text;
+  RETURN to_jsonb(v_results)::text;
 END $$;

@@ -7,7 +7,10 @@ impl Engine {
     /// A locks call given as wire JSON: `{"results": [...]}`, one per op.
     pub async fn locks(&self, body: &str) -> Result<Json, EngineError> {
         let ops = decode_locks(body)?;
-        self.run_locks(&ops).await
+        let results = self.run_locks(&ops).await?;
+        serde_json::to_string(&Results { results })
+            .map(Json)
+            .map_err(|e| EngineError::Protocol(e.to_string()))
     }
 
     /// Typed lock operations, checked as the HTTP route checks them.
@@ -15,14 +18,13 @@ impl Engine {
         for (i, op) in ops.iter().enumerate() {
             op.check(&format!("operations[{i}]"))?;
         }
-        let json = self.run_locks(ops).await?;
-        let r: Results = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
-        Ok(r.results)
+        self.run_locks(ops).await
     }
 
-    async fn run_locks(&self, ops: &[LockOp]) -> Result<Json, EngineError> {
+    /// The ops' answers, index-aligned: SQL's outcomes, named after their ops.
+    async fn run_locks(&self, ops: &[LockOp]) -> Result<Vec<LockResult>, EngineError> {
         if ops.is_empty() {
-            return Ok(Json("{\"results\": []}".into()));
+            return Ok(Vec::new());
         }
         let c = LockColumns::of(ops);
         let client = self.pool().get().await?;
@@ -31,6 +33,19 @@ impl Engine {
             .query_one(&stmt, &[&c.ops, &c.names, &c.owners, &c.ttls, &c.limits, &c.tokens, &c.slots])
             .await?;
         let answer: Option<String> = row.try_get(0)?;
-        answer.map(Json).ok_or_else(|| EngineError::Protocol("lock_apply answered NULL".into()))
+        let answer = answer.ok_or_else(|| EngineError::Protocol("lock_apply answered NULL".into()))?;
+        let mut results: Vec<LockResult> = serde_json::from_str(&answer)
+            .map_err(|e| EngineError::Protocol(format!("lock outcomes: {e}")))?;
+        if results.len() != ops.len() {
+            return Err(EngineError::Protocol(
+                "lock_apply answered another number of results than ops".into(),
+            ));
+        }
+        for (i, (r, op)) in results.iter_mut().zip(ops).enumerate() {
+            r.index = i;
+            r.op = op.op_name().to_owned();
+            r.name = op.name().to_owned();
+        }
+        Ok(results)
     }
 }
