@@ -11,7 +11,6 @@ use std::time::Duration;
 
 use crate::db::Pool;
 use base64::Engine as _;
-use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::notifier::Announce;
@@ -318,7 +317,8 @@ impl TimerColumns {
     }
 }
 
-#[derive(Deserialize)]
+/// The body of a timers call: one answer per op.
+#[derive(serde::Serialize)]
 pub(crate) struct Results {
     pub(crate) results: Vec<TimerResult>,
 }

@@ -18,7 +18,7 @@ use crate::db::Pool;
 use crate::kv::decode::{decode_call, kv_reject};
 use crate::kv::{name_outcomes, KvColumns, KvOp, KvResult, PreconditionLost};
 use crate::push::{self, PushColumns, PushItem};
-use crate::timers::{self, TimerColumns, TimerOp, DEFAULT_TIMER_HORIZON};
+use crate::timers::{self, TimerColumns, TimerOp, TimerResult, DEFAULT_TIMER_HORIZON};
 use crate::wire::{self, Kind};
 use crate::{EngineError, Json};
 
@@ -202,29 +202,79 @@ pub(crate) async fn bundle_call(
     };
     drop(client);
     let record: Option<String> = row.try_get(0)?;
-    answer(&record.ok_or_else(|| EngineError::Protocol("transaction answered NULL".into()))?, bundle)
+    answer(&record.ok_or_else(|| EngineError::Protocol("transaction answered NULL".into()))?, bundle, push)
 }
 
-/// What `queen.tx_record` answers for a bundle that committed: its push and
-/// ack elements, its KV ops' outcomes and its timer elements.
+/// What `queen.tx_record` answers for a bundle that committed.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct TxRecord<'a> {
-    transaction_id: &'a str,
-    #[serde(borrow)]
-    results: Vec<&'a RawValue>,
+struct TxRecord {
+    transaction_id: String,
+    /// Each push item's message id, in push-item order.
+    #[serde(default)]
+    push_ids: Vec<String>,
+    /// Each ack's answer (`queen.ack_rows`), in ack order.
+    #[serde(default)]
+    acks: Vec<AckRecord>,
+    /// Each KV op's outcome, in op order.
+    #[serde(default)]
     kv: Vec<KvResult>,
-    #[serde(borrow)]
-    timers: Vec<&'a RawValue>,
+    /// Each timer op's outcome, in op order.
+    #[serde(default)]
+    timers: Vec<TimerResult>,
 }
 
-/// An element of a transaction's results: written by SQL (push, ack,
-/// timer) or a KV element, which the engine writes.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AckRecord {
+    transaction_id: Option<String>,
+    #[serde(default)]
+    dlq: bool,
+}
+
+/// One element of a committed transaction's results; `index` is its place
+/// in the flat index space (push items and acks by slot, then KV ops, then
+/// timer ops).
 #[derive(Serialize)]
 #[serde(untagged)]
 enum TxElement<'a> {
-    Written(&'a RawValue),
+    Push(PushElement<'a>),
+    Ack(AckElement<'a>),
     Kv(&'a KvResult),
+    Timer(TimerElement<'a>),
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PushElement<'a> {
+    index: i32,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    success: bool,
+    transaction_id: Option<&'a str>,
+    message_id: &'a str,
+    queue_name: &'a str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AckElement<'a> {
+    index: i32,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    success: bool,
+    transaction_id: Option<&'a str>,
+    error: Option<&'a str>,
+    dlq: bool,
+}
+
+#[derive(Serialize)]
+struct TimerElement<'a> {
+    index: usize,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    result: &'a TimerResult,
 }
 
 /// A committed transaction's answer.
@@ -236,24 +286,60 @@ struct TxAnswer<'a> {
     results: Vec<TxElement<'a>>,
 }
 
-/// The answer of a committed bundle, from its record: its KV elements
-/// follow its slots in the flat index space.
-fn answer(record: &str, bundle: &Bundle) -> Result<Json, EngineError> {
+/// The answer of a committed bundle, from its record. `push` names its
+/// push items (queue, transaction id) as sent, in push-item order.
+fn answer(record: &str, bundle: &Bundle, push: &PushColumns<'_>) -> Result<Json, EngineError> {
     let protocol = |e: serde_json::Error| EngineError::Protocol(format!("a transaction record: {e}"));
     let mut r: TxRecord = serde_json::from_str(record).map_err(protocol)?;
-    if r.kv.len() != bundle.kv.len() {
+    if r.push_ids.len() != bundle.pushes.len()
+        || push.queues.len() != bundle.pushes.len()
+        || r.acks.len() != bundle.acks.len()
+        || r.kv.len() != bundle.kv.len()
+        || r.timers.len() != bundle.timers.len()
+    {
         return Err(EngineError::Protocol(
-            "a transaction answered another number of KV results than ops".into(),
+            "a transaction answered another number of results than ops".into(),
         ));
     }
     let names: Vec<&str> = bundle.kv.iter().map(KvOp::name).collect();
-    let first = usize::try_from(bundle.slots).map_err(|e| EngineError::Protocol(e.to_string()))?;
-    name_outcomes(&mut r.kv, &names, first, true);
-    let results = (r.results.iter().map(|e| TxElement::Written(e)))
+    let first_kv = usize::try_from(bundle.slots).map_err(|e| EngineError::Protocol(e.to_string()))?;
+    name_outcomes(&mut r.kv, &names, first_kv, true);
+    let mut slots: Vec<(i32, TxElement<'_>)> = Vec::with_capacity(bundle.pushes.len() + bundle.acks.len());
+    for (i, ((slot, _), id)) in bundle.pushes.iter().zip(&r.push_ids).enumerate() {
+        slots.push((
+            *slot,
+            TxElement::Push(PushElement {
+                index: *slot,
+                kind: "push",
+                success: true,
+                transaction_id: push.transaction_ids[i],
+                message_id: id,
+                queue_name: push.queues[i],
+            }),
+        ));
+    }
+    for ((slot, _), ack) in bundle.acks.iter().zip(&r.acks) {
+        slots.push((
+            *slot,
+            TxElement::Ack(AckElement {
+                index: *slot,
+                kind: "ack",
+                success: true,
+                transaction_id: ack.transaction_id.as_deref(),
+                error: None,
+                dlq: ack.dlq,
+            }),
+        ));
+    }
+    slots.sort_by_key(|(slot, _)| *slot);
+    let first_timer = first_kv + r.kv.len();
+    let results = (slots.into_iter().map(|(_, e)| e))
         .chain(r.kv.iter().map(TxElement::Kv))
-        .chain(r.timers.iter().map(|e| TxElement::Written(e)))
+        .chain(r.timers.iter().enumerate().map(|(i, result)| {
+            TxElement::Timer(TimerElement { index: first_timer + i, kind: "timer", result })
+        }))
         .collect();
-    let body = TxAnswer { transaction_id: r.transaction_id, success: true, results };
+    let body = TxAnswer { transaction_id: &r.transaction_id, success: true, results };
     serde_json::to_string(&body).map(Json).map_err(protocol)
 }
 
@@ -308,6 +394,7 @@ pub(crate) async fn plain_bundles_call(
     drop(client);
     let answers: Vec<String> = row.try_get(0)?;
     let refused: Vec<bool> = row.try_get(1)?;
+    let no_pushes = PushColumns::of(std::iter::empty());
     if refused.len() != answers.len() || answers.len() != bundles.len() {
         return Err(EngineError::Protocol("a bundle batch answered unequal columns".into()));
     }
@@ -320,7 +407,7 @@ pub(crate) async fn plain_bundles_call(
                 if refused {
                     Err(refusal(body, tx_id))
                 } else {
-                    answer(&body, bundle)
+                    answer(&body, bundle, &no_pushes)
                 }
             },
         )

@@ -1,9 +1,12 @@
 //! Timers.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-/// The answer to one timer op.
-#[derive(Debug, Clone, Deserialize)]
+/// The answer to one timer op, as the engine writes it (in a timers call,
+/// and inside a transaction's results) and the SDK reads it. `queue`,
+/// `timerKey` and `txn` are written even when null; `messageId` and
+/// `deliverAt` only when a schedule set them.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TimerResult {
     /// Whether the op applied.
@@ -17,7 +20,9 @@ pub struct TimerResult {
     /// The fired message's transactionId.
     pub txn: Option<String>,
     /// The id the fired message will have.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
     /// When it fires (fixed-width UTC).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliver_at: Option<String>,
 }

@@ -297,3 +297,57 @@ async fn bundles_and_the_timer_sweeper_racing_on_one_partition_never_deadlock() 
     let fired = b.scalar("SELECT count(*) FROM queen.messages WHERE transaction_id LIKE 't-%'").await;
     assert!(fired > 0, "the sweeper fired while the bundles ran");
 }
+
+/// The engine writes a transaction's whole answer from what SQL did: acks
+/// and push items in `operations` order (their slots), then the KV ops,
+/// then the timer ops, each with its own fields and nothing else.
+#[tokio::test]
+async fn a_mixed_bundle_answers_each_element_in_slot_then_kv_then_timer_order() {
+    let b = TestBroker::start().await;
+    b.push("mixed-in", "Default", &[("in-1", json!(1))]).await;
+    let m = b.pop_some("mixed-in", "batch=1").await["messages"][0].clone();
+    let body = json!({
+        "operations": [
+            {"type": "ack", "transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"]},
+            {"type": "push", "items": [{"queue": "mixed-out", "payload": 1, "transactionId": "out-1"},
+                                       {"queue": "mixed-out", "payload": 2}]},
+        ],
+        "kv": [{"op": "put", "ns": "mixed", "key": "k", "value": 1, "forever": true}],
+        "timers": [schedule("mixed-timers", "t", json!({"n": 1}), 600_000),
+                   {"op": "cancel", "queue": "mixed-timers", "timerKey": "none"}],
+    });
+    let (status, r) = b.post("/api/v1/transaction", &body).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["success"], json!(true), "{r}");
+    let keys = |v: &Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("an object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&r), ["results", "success", "transactionId"]);
+    let rs = r["results"].as_array().expect("results");
+    let kinds: Vec<(&Value, &Value)> = rs.iter().map(|x| (&x["index"], &x["type"])).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (&json!(0), &json!("ack")),
+            (&json!(1), &json!("push")),
+            (&json!(2), &json!("push")),
+            (&json!(3), &json!("kv")),
+            (&json!(4), &json!("timer")),
+            (&json!(5), &json!("timer")),
+        ]
+    );
+    assert_eq!(keys(&rs[0]), ["dlq", "error", "index", "success", "transactionId", "type"]);
+    assert_eq!(rs[0]["transactionId"], m["transactionId"]);
+    assert_eq!(keys(&rs[1]), ["index", "messageId", "queueName", "success", "transactionId", "type"]);
+    assert_eq!((&rs[1]["transactionId"], &rs[1]["queueName"]), (&json!("out-1"), &json!("mixed-out")));
+    assert!(rs[2]["transactionId"].as_str().is_some_and(|t| !t.is_empty()), "a drawn id: {}", rs[2]);
+    assert_eq!(keys(&rs[3]), ["applied", "index", "key", "op", "type", "value", "version"]);
+    assert_eq!(
+        keys(&rs[4]),
+        ["deliverAt", "index", "messageId", "ok", "queue", "status", "timerKey", "txn", "type"]
+    );
+    assert_eq!(keys(&rs[5]), ["index", "ok", "queue", "status", "timerKey", "txn", "type"]);
+    assert_eq!(rs[5]["txn"], Value::Null, "a cancel without txn writes txn null");
+}

@@ -12,18 +12,16 @@
 -- rows, then the partitions it fires into), never deadlock. Any refusal raises QN200 (QN201 for a lost KV precondition)
 -- and the whole bundle rolls back.
 -- What a bundle did, for the engine to answer (crates/queen-engine/src/transaction.rs):
--- `results` its push and ack elements by slot, `kv` its KV ops' outcomes
--- (kv_apply's, index-aligned with the ops), `timers` its timer elements.
--- The engine writes the transaction's answer and its KV elements.
--- STABLE as json_build_object is, so that they are inlined.
-CREATE OR REPLACE FUNCTION queen.tx_ack_result(p_slot integer, p_txid text, p_dlq boolean) RETURNS jsonb
+-- its pushes' message ids (aligned with its push items), its acks' answers
+-- (queen.ack_rows', aligned with its acks), its KV ops' outcomes
+-- (kv_apply's) and its timer ops' outcomes (timer_apply's). The engine
+-- writes the transaction's answer and every element of it.
+-- STABLE as json_build_object is, so that it is inlined.
+CREATE OR REPLACE FUNCTION queen.tx_record(p_tx_id text, p_push_ids uuid[], p_acks jsonb, p_kv jsonb,
+                                           p_timers jsonb) RETURNS json
 LANGUAGE sql STABLE AS $$
-  SELECT jsonb_build_object('index', p_slot, 'type', 'ack', 'success', true, 'transactionId', p_txid,
-                            'error', NULL, 'dlq', p_dlq)
-$$;
-CREATE OR REPLACE FUNCTION queen.tx_record(p_tx_id text, p_results jsonb, p_kv jsonb, p_timers jsonb) RETURNS json
-LANGUAGE sql STABLE AS $$
-  SELECT json_build_object('transactionId', p_tx_id, 'results', p_results, 'kv', p_kv, 'timers', p_timers)
+  SELECT json_build_object('transactionId', p_tx_id, 'pushIds', coalesce(p_push_ids, '{}'), 'acks', p_acks,
+                           'kv', p_kv, 'timers', p_timers)
 $$;
 
 CREATE OR REPLACE FUNCTION queen.transaction_rows(
@@ -42,24 +40,18 @@ DECLARE
   v_ids uuid[];
   v_verdicts text;
   v_bad integer;
-  i integer;
   v_ack json := '[]';
-  v_results jsonb[];
   v_kv json := '[]';
   v_timers jsonb := '[]';
-  r record;
   v_one jsonb;
 BEGIN
   -- Timers first: the timer sweeper locks a due timer's row and then the
   -- partition it fires into, so a bundle takes timer rows before partitions
   -- too, and the two never deadlock (a refusal below rolls these back with
-  -- the rest). Their results still follow the KV ops in the index space.
+  -- the rest). Their results still follow the KV ops in the index space
+  -- (the engine places them).
   IF coalesce(array_length(t_op, 1), 0) > 0 THEN
-    SELECT coalesce(jsonb_agg(jsonb_build_object('index', p_slot_count + coalesce(array_length(a_op, 1), 0) + e.n - 1,
-                                                 'type', 'timer') || e.x ORDER BY e.n), '[]')
-      INTO v_timers
-      FROM jsonb_array_elements(queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn, t_sub))
-           WITH ORDINALITY e(x, n);
+    v_timers := queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn, t_sub);
   END IF;
 
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
@@ -98,26 +90,7 @@ BEGIN
       jsonb_build_object('offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
   END IF;
 
-  -- A bundle with only KV ops has no slots: its answer is the KV results
-  -- (the statements below would each pay an executor start-up for nothing).
-  IF p_slot_count = 0 THEN
-    RETURN queen.tx_record(p_tx_id, '[]', v_kv::jsonb, v_timers);
-  END IF;
-  v_results := array_fill(NULL::jsonb, ARRAY[greatest(p_slot_count, 1)]);
-  IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
-    FOR i IN 1 .. cardinality(p_queues) LOOP
-      v_results[p_push_slots[i] + 1] := jsonb_build_object('index', p_push_slots[i], 'type', 'push',
-        'success', true, 'transactionId', p_txids[i], 'messageId', v_ids[i], 'queueName', p_queues[i]);
-    END LOOP;
-  END IF;
-  FOR r IN SELECT e.x, e.n FROM json_array_elements(v_ack) WITH ORDINALITY e(x, n) LOOP
-    v_results[p_ack_slots[r.n] + 1] := queen.tx_ack_result(p_ack_slots[r.n], r.x ->> 'transactionId',
-                                                           (r.x ->> 'dlq')::boolean);
-  END LOOP;
-
-  RETURN queen.tx_record(p_tx_id,
-    coalesce((SELECT jsonb_agg(x ORDER BY n) FROM unnest(v_results[1:p_slot_count]) WITH ORDINALITY u(x, n)), '[]'::jsonb),
-    v_kv::jsonb, v_timers);
+  RETURN queen.tx_record(p_tx_id, v_ids, v_ack::jsonb, v_kv::jsonb, v_timers);
 END $$;
 
 -- Several bundles without pushes or timers (acks and KV ops: the once +
@@ -310,13 +283,13 @@ BEGIN
       FROM unnest(a_ns, a_key, v_bundle_of_kv) u(ns, key, b)
       JOIN marked m ON m.ns = u.ns AND m.key = u.key
   ), ack_results AS (
-    SELECT u.b, jsonb_agg(queen.tx_ack_result(u.slot, u.txid, false) ORDER BY u.slot) AS r
+    SELECT u.b, jsonb_agg(jsonb_build_object('transactionId', u.txid, 'dlq', false) ORDER BY u.slot) AS r
       FROM unnest(p_ack_slots, p_ack_txids, v_bundle_of_ack) u(slot, txid, b)
      WHERE u.b = ANY (v_accepted)
      GROUP BY u.b
   )
   SELECT array_agg(coalesce(v_answers[n],
-           queen.tx_record(p_tx_ids[n], coalesce(a.r, '[]'::jsonb),
+           queen.tx_record(p_tx_ids[n], NULL, coalesce(a.r, '[]'::jsonb),
                            CASE WHEN kr.r IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(kr.r) END,
                            '[]')::text) ORDER BY n)
     INTO answers

@@ -1,4 +1,5 @@
 -- One timers call (timers.rs, TimerColumns): ops, queues, keys, partitions,
--- payloads (JSON text), delays in ms, txns; the caller's JWT sub.
-SELECT jsonb_build_object('results',
-  queen.timer_apply($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text))::text
+-- payloads (JSON text), delays in ms, txns; the caller's JWT sub. Answers
+-- the ops' outcomes in op order; the engine writes the call's answer.
+SELECT queen.timer_apply($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[],
+                         $8::text)::text

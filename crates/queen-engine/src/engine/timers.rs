@@ -14,7 +14,10 @@ impl Engine {
     /// authenticated `sub`, which their fired messages carry as producerSub.
     pub async fn timers_by(&self, body: &str, producer_sub: Option<&str>) -> Result<Json, EngineError> {
         let ops = decode_timers(body, self.timer_horizon())?;
-        self.run_timers(&ops, producer_sub).await
+        let results = self.run_timers(&ops, producer_sub).await?;
+        serde_json::to_string(&Results { results })
+            .map(Json)
+            .map_err(|e| EngineError::Protocol(e.to_string()))
     }
 
     /// Typed timer ops, checked as the HTTP route checks them.
@@ -33,14 +36,13 @@ impl Engine {
                 }
             }
         }
-        let json = self.run_timers(ops, None).await?;
-        let r: Results = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
-        Ok(r.results)
+        self.run_timers(ops, None).await
     }
 
-    async fn run_timers(&self, ops: &[TimerOp], sub: Option<&str>) -> Result<Json, EngineError> {
+    /// The ops' outcomes, in op order.
+    async fn run_timers(&self, ops: &[TimerOp], sub: Option<&str>) -> Result<Vec<TimerResult>, EngineError> {
         if ops.is_empty() {
-            return Ok(Json("{\"results\": []}".into()));
+            return Ok(Vec::new());
         }
         match self.run_timers_sealed(ops, sub).await {
             // A queue turned encrypted under our hint: learn it, seal, resend.
@@ -52,7 +54,11 @@ impl Engine {
         }
     }
 
-    async fn run_timers_sealed(&self, ops: &[TimerOp], sub: Option<&str>) -> Result<Json, EngineError> {
+    async fn run_timers_sealed(
+        &self,
+        ops: &[TimerOp],
+        sub: Option<&str>,
+    ) -> Result<Vec<TimerResult>, EngineError> {
         let ops = self.seal_timer_ops(ops)?;
         let c = TimerColumns::of(&ops);
         let client = self.pool().get().await?;
@@ -63,7 +69,15 @@ impl Engine {
         if ops.iter().any(|op| matches!(op, TimerOp::Schedule { .. })) {
             self.timer_stats_ref().wake.notify_one();
         }
-        Ok(Json(row.try_get(0)?))
+        let outcomes: String = row.try_get(0)?;
+        let results: Vec<TimerResult> = serde_json::from_str(&outcomes)
+            .map_err(|e| EngineError::Protocol(format!("timer outcomes: {e}")))?;
+        if results.len() != ops.len() {
+            return Err(EngineError::Protocol(
+                "timer_apply answered another number of results than ops".into(),
+            ));
+        }
+        Ok(results)
     }
 
     /// Cancels one timer; never waits for a fire in progress (`too_late`).
