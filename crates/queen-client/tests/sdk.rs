@@ -625,7 +625,7 @@ async fn locks_fence_a_bundle_with_their_permit<B: Broker>(queen: Queen<B>) {
     let zombie = Permit::of(&first).expect("granted");
     let refused = locks.acquire("leader", 30, Some("b"), 1).await.unwrap();
     assert_eq!((refused.acquired, refused.reason.as_deref()), (Some(false), Some("held")));
-    assert_eq!(refused.holders.unwrap()[0].owner, "a");
+    assert_eq!(refused.holders.unwrap()[0].owner.as_deref(), Some("a"));
     tokio::time::sleep(Duration::from_millis(1300)).await;
     let live =
         Permit::of(&locks.acquire("leader", 30, Some("b"), 1).await.unwrap()).expect("granted after expiry");

@@ -96,9 +96,11 @@ impl From<tokio_postgres::Error> for EngineError {
             "QN200" => EngineError::Refused(db.message().to_owned()),
             // A lost KV precondition raises its facts, and the call writes
             // its refusal from them (a KV call's or a transaction's).
+            // (Unreadable facts are our bug; as a database error the call
+            // rolled back, so a batch still reruns its members alone.)
             "QN201" => match serde_json::from_str::<queen_wire::PreconditionLost>(db.message()) {
                 Ok(lost) => EngineError::PreconditionLost(Box::new(lost)),
-                Err(e) => EngineError::Protocol(format!("a lost KV precondition: {e}")),
+                Err(_) => EngineError::Database(err),
             },
             "QN404" => EngineError::Rejected { status: 404, body: db.message().to_owned() },
             // A conflict with stored state the caller must resolve (a stream's config hash).

@@ -348,12 +348,17 @@ fn answer(record: &str, bundle: &Bundle, push: &PushColumns<'_>) -> Result<Json,
 fn refusal(body: String, tx_id: &str) -> EngineError {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase")]
-    struct Refusal {
-        kv_lost: Option<PreconditionLost>,
+    struct Refusal<'a> {
+        #[serde(borrow)]
+        kv_lost: Option<&'a RawValue>,
     }
-    match serde_json::from_str::<Refusal>(&body) {
-        Ok(Refusal { kv_lost: Some(lost) }) => EngineError::Refused(lost.transaction_body(tx_id)),
-        _ => EngineError::Refused(body),
+    let lost = match serde_json::from_str::<Refusal>(&body) {
+        Ok(Refusal { kv_lost: Some(lost) }) => serde_json::from_str::<PreconditionLost>(lost.get()),
+        _ => return EngineError::Refused(body),
+    };
+    match lost {
+        Ok(lost) => EngineError::Refused(lost.transaction_body(tx_id)),
+        Err(e) => EngineError::Protocol(format!("a bundle's lost KV precondition: {e}")),
     }
 }
 

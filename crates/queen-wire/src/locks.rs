@@ -54,8 +54,9 @@ pub enum LockOp {
 pub struct LockHolder {
     /// The permit's slot (0 for a lock).
     pub slot: u32,
-    /// Who holds it.
-    pub owner: String,
+    /// Who holds it; `None` for a row in the locks namespace that a KV
+    /// call wrote without an owner (it still takes the slot).
+    pub owner: Option<String>,
     /// The permit's token (its KV version).
     pub token: i64,
     /// When this holder took it.

@@ -364,3 +364,22 @@ async fn each_lock_answer_carries_exactly_its_ops_fields_in_call_order() {
     let holders = lock(&b, json!({"op": "get", "name": "a"})).await;
     assert_eq!(keys(&holders["holders"][0]), ["expiresAt", "owner", "renewedAt", "since", "slot", "token"]);
 }
+
+/// A row in the locks namespace that a KV call wrote (no owner) still takes
+/// its slot; a locks call answers it as a holder without an owner, not a 500.
+#[tokio::test]
+async fn a_kv_written_row_in_the_locks_namespace_is_a_holder_without_owner() {
+    let b = TestBroker::start().await;
+    let (status, body) = b
+        .post("/api/v1/kv", &json!({"operations": [{"op": "put", "ns": "queen-locks", "key": "L#0", "value": 5, "forever": true}]}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let got = lock(&b, json!({"op": "get", "name": "L"})).await;
+    assert_eq!(got["held"], json!(true), "{got}");
+    assert_eq!(got["holders"][0]["owner"], Value::Null, "{got}");
+    assert!(got["holders"][0].get("owner").is_some(), "owner is written, as null: {got}");
+    let refused = lock(&b, json!({"op": "acquire", "name": "L", "ttlSeconds": 30, "owner": "me"})).await;
+    assert_eq!((&refused["acquired"], &refused["reason"]), (&json!(false), &json!("held")), "{refused}");
+    let typed = b.engine.lock_ops(&[LockOp::Get { name: "L".into() }]).await.expect("typed get");
+    assert_eq!(typed[0].holders.as_ref().map(|h| h[0].owner.clone()), Some(None));
+}

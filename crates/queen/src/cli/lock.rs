@@ -116,7 +116,7 @@ fn human(r: &LockResult) -> String {
         for h in holders {
             t.row([
                 h.slot.to_string(),
-                h.owner,
+                h.owner.unwrap_or_default(),
                 h.token.to_string(),
                 h.since.unwrap_or_default(),
                 h.expires_at.unwrap_or_default(),
