@@ -53,7 +53,9 @@ pub use ephemeral::{EphemeralConfig, EphemeralPop, BROKER_BYTES as EPHEMERAL_BRO
 pub use error::EngineError;
 pub use groups::{SubscriptionMode, QUEUE_MODE};
 pub use kv::browse::{decode_kv_list, KvListRequest, KV_LIST_DEFAULT_LIMIT, KV_LIST_MAX_LIMIT};
-pub use kv::{ops_to_wire, Expect, Expiry, KvAnswer, KvOp, KvOutcome, KvResult, KvRow, PreconditionLost};
+pub use kv::{
+    ops_to_wire, Expect, Expiry, KvAnswer, KvOp, KvOutcome, KvResult, KvResults, KvRow, PreconditionLost,
+};
 pub use locks::{LockHolder, LockOp, LockResult, LOCKS_NAMESPACE, MAX_LIMIT as MAX_LOCK_LIMIT};
 pub use maintenance::retention::RetentionStatsSnapshot;
 pub use migrate::{migrate, schema_digest, MIGRATIONS};

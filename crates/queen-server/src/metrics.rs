@@ -140,50 +140,28 @@ fn interned(text: &str) -> std::sync::Arc<str> {
     new
 }
 
-/// One KV result, its texts borrowed from the answer (they hold no escapes:
-/// op names and reasons are plain words).
-#[derive(serde::Deserialize)]
-struct Verdict<'a> {
-    #[serde(borrow)]
-    op: Option<std::borrow::Cow<'a, str>>,
-    applied: Option<bool>,
-    found: Option<bool>,
-    #[serde(borrow)]
-    reason: Option<std::borrow::Cow<'a, str>>,
-}
-
-#[derive(serde::Deserialize)]
-struct Verdicts<'a> {
-    #[serde(default, borrow)]
-    results: Vec<Verdict<'a>>,
-    #[serde(borrow)]
-    reason: Option<std::borrow::Cow<'a, str>>,
-    #[serde(rename = "kvReason", borrow)]
-    kv_reason: Option<std::borrow::Cow<'a, str>>,
-}
-
-/// Records the verdicts of a KV answer (a `{"results"}` body or a
-/// `kv_precondition` body). Labels are interned: a request allocates none.
-pub(crate) fn record_kv(body: &str) {
-    let Ok(v) = serde_json::from_str::<Verdicts<'_>>(body) else {
-        return;
-    };
-    if v.reason.as_deref() == Some("kv_precondition") {
-        let reason = v.kv_reason.unwrap_or_default();
-        metrics::counter!("queen_kv_verdicts_total", "op" => "required", "verdict" => format!("precondition_{reason}"))
-            .increment(1);
-        return;
-    }
-    for r in v.results {
-        let verdict: metrics::SharedString = match (r.applied, r.found, r.reason) {
-            (Some(true), _, _) => metrics::SharedString::const_str("applied"),
-            (Some(false), _, Some(reason)) => interned(&reason).into(),
-            (_, Some(true), _) => metrics::SharedString::const_str("found"),
-            (_, Some(false), _) => metrics::SharedString::const_str("missing"),
-            _ => metrics::SharedString::const_str("read"),
-        };
-        let op: metrics::SharedString = interned(r.op.as_deref().unwrap_or_default()).into();
-        metrics::counter!("queen_kv_verdicts_total", "op" => op, "verdict" => verdict).increment(1);
+/// Records the verdicts of a KV call: each op's, or the lost precondition
+/// of a `required` one. Labels are interned.
+pub(crate) fn record_kv(outcome: &queen_engine::KvOutcome) {
+    match outcome {
+        queen_engine::KvOutcome::PreconditionLost(lost) => {
+            let verdict = format!("precondition_{}", lost.kv_reason);
+            metrics::counter!("queen_kv_verdicts_total", "op" => "required", "verdict" => interned(&verdict))
+                .increment(1);
+        }
+        queen_engine::KvOutcome::Done(results) => {
+            for r in results {
+                let verdict: metrics::SharedString = match (r.applied, r.found, r.reason.as_deref()) {
+                    (Some(true), _, _) => metrics::SharedString::const_str("applied"),
+                    (Some(false), _, Some(reason)) => interned(reason).into(),
+                    (_, Some(true), _) => metrics::SharedString::const_str("found"),
+                    (_, Some(false), _) => metrics::SharedString::const_str("missing"),
+                    _ => metrics::SharedString::const_str("read"),
+                };
+                let op: metrics::SharedString = interned(&r.op).into();
+                metrics::counter!("queen_kv_verdicts_total", "op" => op, "verdict" => verdict).increment(1);
+            }
+        }
     }
 }
 

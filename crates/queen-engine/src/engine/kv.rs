@@ -10,11 +10,18 @@ impl Engine {
     /// array). A lost `required` precondition is `Err(EngineError::Refused)`
     /// carrying the 200 body.
     pub async fn kv(&self, body: &str) -> Result<Json, EngineError> {
-        let ops = decode_call(body, false).map_err(kv_input_error)?;
-        match self.kv_call(ops).await? {
+        match self.kv_outcome(body).await? {
             KvOutcome::Done(results) => results_body(&results),
             KvOutcome::PreconditionLost(lost) => Err(EngineError::Refused(lost.kv_body())),
         }
+    }
+
+    /// A KV call given as wire JSON, answered typed: the HTTP routes write
+    /// its body (`KvResults`, `PreconditionLost::kv_body`) and count its
+    /// verdicts from it.
+    pub async fn kv_outcome(&self, body: &str) -> Result<KvOutcome, EngineError> {
+        let ops = decode_call(body, false).map_err(kv_input_error)?;
+        self.kv_call(ops).await
     }
 
     /// Runs typed KV operations in one transaction. They are checked as a

@@ -11,7 +11,7 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use queen_engine::EngineError;
+use queen_engine::{EngineError, KvOutcome, KvResult, KvResults};
 use serde_json::value::RawValue;
 
 use super::broker::Body;
@@ -96,17 +96,30 @@ pub(crate) async fn batch(State(app): State<Arc<AppState>>, body: Body) -> Respo
         Ok(t) => t,
         Err(e) => return kv_failure(e),
     };
-    match app.engine.kv(text).await {
-        Ok(json) => {
-            crate::metrics::record_kv(&json.0);
-            json_response(StatusCode::OK, json.0)
-        }
-        // A lost `required` precondition: 200 with the kv_precondition body.
-        Err(EngineError::Refused(body)) => {
-            crate::metrics::record_kv(&body);
-            json_response(StatusCode::OK, body)
+    match app.engine.kv_outcome(text).await {
+        Ok(outcome) => {
+            crate::metrics::record_kv(&outcome);
+            match outcome_body(&outcome, None) {
+                Ok(body) => json_response(StatusCode::OK, body),
+                Err(e) => kv_failure(e),
+            }
         }
         Err(e) => kv_failure(e.into()),
+    }
+}
+
+/// The 200 body of a KV call: its results (or, with `element`, the one
+/// result the path routes answer bare), or the kv_precondition body of a
+/// lost `required` precondition.
+fn outcome_body(outcome: &KvOutcome, element: Option<usize>) -> Result<String, ApiError> {
+    let protocol = |e: serde_json::Error| ApiError::Engine(EngineError::Protocol(e.to_string()));
+    match (outcome, element) {
+        (KvOutcome::PreconditionLost(lost), _) => Ok(lost.kv_body()),
+        (KvOutcome::Done(results), None) => serde_json::to_string(&KvResults { results }).map_err(protocol),
+        (KvOutcome::Done(results), Some(i)) => match results.get(i) {
+            Some(r) => serde_json::to_string(r).map_err(protocol),
+            None => Err(ApiError::Engine(EngineError::Protocol("kv answered no result".into()))),
+        },
     }
 }
 
@@ -151,33 +164,20 @@ async fn path_op(app: &AppState, op: &str, ns: &str, key: &str, body: Option<&st
         Ok(t) => t,
         Err(_) => return kv_failure(ApiError::bad("body", "could not be encoded")),
     };
-    let answer = match app.engine.kv(&format!("[{op_text}]")).await {
-        Ok(json) => {
-            crate::metrics::record_kv(&json.0);
-            json
-        }
-        Err(EngineError::Refused(body)) => {
-            crate::metrics::record_kv(&body);
-            return json_response(StatusCode::OK, body);
-        }
+    let outcome = match app.engine.kv_outcome(&format!("[{op_text}]")).await {
+        Ok(outcome) => outcome,
         Err(e) => return kv_failure(e.into()),
     };
-    #[derive(serde::Deserialize)]
-    struct Answer {
-        results: Vec<Box<RawValue>>,
-    }
-    let element = match answer.decode::<Answer>().ok().and_then(|a| a.results.into_iter().next()) {
-        Some(e) => e,
-        None => return kv_failure(ApiError::Engine(EngineError::Protocol("kv answered no result".into()))),
+    crate::metrics::record_kv(&outcome);
+    let body = match outcome_body(&outcome, Some(0)) {
+        Ok(body) => body,
+        Err(e) => return kv_failure(e),
     };
-    let mut resp = json_response(StatusCode::OK, element.get().to_owned());
-    if op == "get" {
-        #[derive(serde::Deserialize)]
-        struct Hit {
-            found: bool,
-            version: Option<i64>,
-        }
-        if let Ok(Hit { found: true, version: Some(v) }) = serde_json::from_str::<Hit>(element.get()) {
+    let mut resp = json_response(StatusCode::OK, body);
+    if let KvOutcome::Done(results) = &outcome {
+        if let Some(KvResult { found: Some(true), version: Some(v), .. }) =
+            results.first().filter(|_| op == "get")
+        {
             if let Ok(etag) = HeaderValue::from_str(&format!("\"{v}\"")) {
                 resp.headers_mut().insert(header::ETAG, etag);
             }
