@@ -360,3 +360,43 @@ async fn a_once_ack_batch_in_one_pass_answers_each_bundle_as_alone() {
     client.batch_execute("ROLLBACK").await.expect("rollback");
     assert!(row.get::<_, Option<Vec<String>>>(0).is_none(), "a shared key is not one-pass");
 }
+
+/// A bundle of acks only, batched with once + ack bundles, takes the
+/// one-pass path too, and its record carries no KV outcome (7356301 wrote
+/// `jsonb_build_array(NULL)` there: a trailing null in its results).
+#[tokio::test]
+async fn an_ack_only_bundle_in_a_one_pass_batch_answers_its_acks_and_no_kv_outcome() {
+    let b = TestEngine::start().await;
+    let engine = bundle_batching_engine(&b, 1);
+    let m = leased(&engine, "pass-ack-only", 2).await;
+    let s = |i: usize, f: &str| m[i][f].as_str().expect(f).to_owned();
+    let sql = format!(
+        "SELECT o.answers, o.refused FROM queen.once_ack_batch(ARRAY['t0','t1'], ARRAY[NULL,NULL]::text[],
+           ARRAY[1,1], ARRAY[1,1], ARRAY[1,0], ARRAY[0,0], ARRAY['{}','{}'], ARRAY['{}','{}']::uuid[],
+           ARRAY['completed','completed'], ARRAY['{}','{}'], ARRAY[queen.queue_mode(), queen.queue_mode()],
+           ARRAY['putIfAbsent'], ARRAY['once'], ARRAY['marker-0'], ARRAY['1']::jsonb[], ARRAY[60]::bigint[],
+           ARRAY[NULL]::boolean[], ARRAY[true]) o",
+        s(0, "transactionId"),
+        s(1, "transactionId"),
+        s(0, "partitionId"),
+        s(1, "partitionId"),
+        s(0, "leaseId"),
+        s(1, "leaseId"),
+    );
+    let client = b.sql().await;
+    client.batch_execute("BEGIN").await.expect("begin");
+    let row = client.query_one(&sql, &[]).await.expect("one pass");
+    client.batch_execute("ROLLBACK").await.expect("rollback");
+    let (answers, refused): (Option<Vec<String>>, Option<Vec<bool>>) = (row.get(0), row.get(1));
+    assert_eq!(refused, Some(vec![false, false]), "the one-pass path is taken and accepts both");
+    let answers = answers.expect("answers");
+    let marked: Value = serde_json::from_str(&answers[0]).expect("json");
+    let ack_only: Value = serde_json::from_str(&answers[1]).expect("json");
+    assert_eq!(marked["kv"].as_array().map(Vec::len), Some(1), "{marked}");
+    assert_eq!(ack_only["kv"], json!([]), "{ack_only}");
+    assert_eq!(
+        ack_only["acks"],
+        json!([{"transactionId": m[1]["transactionId"], "dlq": false}]),
+        "{ack_only}"
+    );
+}
