@@ -30,6 +30,20 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
+/// A direct SQL client on database `db`, for assertions.
+pub async fn sql_client(db: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(&url_for(db), NoTls).await.expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
+/// One bigint (or count) from SQL on database `db`.
+pub async fn scalar_of(db: &str, query: &str) -> i64 {
+    let client = sql_client(db).await;
+    let row = client.query_one(query, &[]).await.expect("scalar query");
+    row.get::<_, i64>(0)
+}
+
 /// The URL of database `db` on the test server.
 pub fn url_for(db: &str) -> String {
     let admin = admin_url();

@@ -9,7 +9,6 @@ use std::sync::Arc;
 
 use queen_engine::{Engine, EngineOptions};
 use serde_json::{json, Value};
-use tokio_postgres::NoTls;
 
 pub use queen_test_kit::*;
 
@@ -41,16 +40,12 @@ impl TestEngine {
 
     /// A direct SQL client on the database, for assertions.
     pub async fn sql(&self) -> tokio_postgres::Client {
-        let (client, conn) = tokio_postgres::connect(&url_for(&self.db), NoTls).await.expect("connect");
-        tokio::spawn(conn);
-        client
+        sql_client(&self.db).await
     }
 
     /// One bigint (or count) from SQL.
     pub async fn scalar(&self, query: &str) -> i64 {
-        let client = self.sql().await;
-        let row = client.query_one(query, &[]).await.expect("scalar query");
-        row.get::<_, i64>(0)
+        scalar_of(&self.db, query).await
     }
 
     /// Configures `queue` and asserts success.

@@ -13,7 +13,6 @@ use queen_engine::{DbConfig, Engine, EngineOptions};
 use queen_server::ServerConfig;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
-use tokio_postgres::NoTls;
 
 pub use queen_test_kit::*;
 
@@ -286,16 +285,12 @@ impl TestBroker {
 
     /// A direct SQL client on this broker's database, for assertions.
     pub async fn sql(&self) -> tokio_postgres::Client {
-        let (client, conn) = tokio_postgres::connect(&url_for(&self.db), NoTls).await.expect("connect");
-        tokio::spawn(conn);
-        client
+        sql_client(&self.db).await
     }
 
     /// One bigint (or count) from SQL.
     pub async fn scalar(&self, query: &str) -> i64 {
-        let client = self.sql().await;
-        let row = client.query_one(query, &[]).await.expect("scalar query");
-        row.get::<_, i64>(0)
+        scalar_of(&self.db, query).await
     }
 
     /// Rows in the tables a refused request must not touch.
