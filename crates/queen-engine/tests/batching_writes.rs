@@ -6,6 +6,8 @@
 mod common;
 
 use std::collections::HashSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,6 +39,61 @@ async fn kv_all(engine: &Arc<Engine>, bodies: Vec<Value>) -> Vec<Result<Value, E
         }
     })
     .await
+}
+
+/// Runs `gate` while `table` is held share-locked by another session, so
+/// it takes the batcher's one slot and waits; then starts every one of
+/// `rest` and lets the lock go once they have all called, so the rest
+/// queue behind the gate and share the batches that follow (a poison
+/// member cannot run alone by chance).
+async fn behind_a_held_table<G, T, R, F, Fut>(
+    b: &TestEngine,
+    table: &str,
+    gate: G,
+    rest: Vec<T>,
+    f: F,
+) -> Vec<R>
+where
+    G: Future + Send + 'static,
+    G::Output: Send + 'static,
+    F: Fn(T) -> Fut,
+    Fut: Future<Output = R> + Send + 'static,
+    R: Send + 'static,
+{
+    let mut holder = b.sql().await;
+    let hold = holder.transaction().await.expect("begin");
+    hold.batch_execute(&format!("lock table {table} in share mode")).await.expect("lock");
+    let gate = tokio::spawn(gate);
+    let waiting = "select count(*) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'";
+    let watcher = b.sql().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while watcher.query_one(waiting, &[]).await.expect("waiting").get::<_, i64>(0) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the gate never waited on the lock");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let called = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = rest
+        .into_iter()
+        .map(|item| {
+            let (work, called) = (f(item), called.clone());
+            tokio::spawn(async move {
+                called.fetch_add(1, Ordering::SeqCst);
+                work.await
+            })
+        })
+        .collect();
+    while called.load(Ordering::SeqCst) < tasks.len() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Each task is a few instructions from the batcher's queue once it has called.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    hold.commit().await.expect("release");
+    gate.await.expect("gate");
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await.expect("join"));
+    }
+    out
 }
 
 /// Deadlocks PostgreSQL has counted in this test's database. Statistics
@@ -186,7 +243,25 @@ async fn a_write_batch_that_fails_as_a_whole_fails_only_its_poison_member() {
             json!([{"op": "put", "ns": "p", "key": key, "value": i, "forever": true}])
         })
         .collect();
-    let results = kv_all(&engine, bodies).await;
+    let gate = {
+        let engine = engine.clone();
+        async move {
+            engine
+                .kv(&json!([{"op": "put", "ns": "gate", "key": "g", "value": 0, "forever": true}])
+                    .to_string())
+                .await
+        }
+    };
+    let results = behind_a_held_table(&b, "queen.kv", gate, bodies, |body: Value| {
+        let engine = engine.clone();
+        async move {
+            engine
+                .kv(&body.to_string())
+                .await
+                .map(|j| serde_json::from_str::<Value>(&j.0).expect("json")["results"][0].clone())
+        }
+    })
+    .await;
     for (i, r) in results.iter().enumerate() {
         if i == 17 {
             assert!(matches!(r, Err(EngineError::Database(_))), "the poison member fails: {r:?}");
@@ -671,7 +746,20 @@ async fn an_ack_batch_that_fails_as_a_whole_fails_only_its_poison_request() {
         )
         .await
         .expect("trigger");
-    let answers = ack_all(&engine, messages.iter().map(|m| ack_body(m, "completed")).collect()).await;
+    let (gate, messages): (Vec<Value>, Vec<Value>) =
+        messages.into_iter().partition(|m| m["partition"] == "p0");
+    let gate = {
+        let (engine, body) = (engine.clone(), ack_body(&gate[0], "completed"));
+        async move { engine.ack(&body, Some("g")).await.map(|_| ()).expect("the gate's ack") }
+    };
+    let rest: Vec<String> = messages.iter().map(|m| ack_body(m, "completed")).collect();
+    let answers = behind_a_held_table(&b, "queen.cursors", gate, rest, |body: String| {
+        let engine = engine.clone();
+        async move {
+            engine.ack(&body, Some("g")).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
+        }
+    })
+    .await;
     let mut failed = HashSet::new();
     for (m, a) in messages.iter().zip(answers) {
         match a {
