@@ -177,30 +177,7 @@ impl<'a> From<&Ack<'a>> for AckWire<'a> {
     }
 }
 
-/// The broker's verdict on one acknowledgment.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AckResult {
-    /// Position in the batch.
-    #[serde(default)]
-    pub index: usize,
-    /// The acked transaction id.
-    pub transaction_id: String,
-    /// Whether the ack was applied; a refused item says why in `error`.
-    pub success: bool,
-    /// Why the item was refused ("invalid or expired lease", "already committed…").
-    #[serde(default)]
-    pub error: Option<String>,
-    /// Whether the lease on the partition ended with this ack.
-    #[serde(default)]
-    pub lease_released: bool,
-    /// Whether this nack moved the message to the DLQ.
-    #[serde(default)]
-    pub dlq: bool,
-    /// A completed ack of a message already below the cursor.
-    #[serde(default)]
-    pub noop: bool,
-}
+pub use queen_wire::AckResult;
 
 /// A message to push.
 #[derive(Debug, Clone)]

@@ -1,6 +1,7 @@
 //! Acks: decoded and checked here, once; `queen.ack_rows` takes typed
 //! arrays and keeps the offset-commit rules (cursor locks, leases, retries,
-//! the dead-letter move).
+//! the dead-letter move); it answers each item's verdict, and the engine
+//! writes each item's answer (`queen_wire::AckResult`).
 
 use std::sync::Arc;
 
@@ -8,12 +9,13 @@ use crate::batch::{
     answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting, STALL_AFTER,
 };
 use crate::db::Pool;
+use queen_wire::{AckResult, AckVerdict};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
 use crate::groups::QUEUE_MODE;
 use crate::wire::{self, Kind};
-use crate::{EngineError, Json};
+use crate::EngineError;
 
 /// One acknowledgment, checked.
 #[derive(Debug, Clone)]
@@ -166,7 +168,7 @@ pub(crate) const BATCH_AT_MOST_ITEMS: usize = 64;
 const MAX_ACK_ITEMS: usize = 1000;
 
 /// Concurrent ack requests: one `queen.ack_requests` call, one commit.
-pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Json>;
+pub(crate) type AckBatcher = Batcher<Vec<AckItem>, Vec<AckResult>>;
 
 pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> AckBatcher {
     let budget =
@@ -176,7 +178,7 @@ pub(crate) fn start_acks(pool: Pool, slots: usize, stats: Arc<BatchStats>) -> Ac
     })
 }
 
-async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answered {
+async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Vec<AckResult>>>) -> Answered {
     let alone = |items: Vec<AckItem>| {
         let pool = pool.clone();
         async move { ack_call(&pool, &items).await }
@@ -185,30 +187,72 @@ async fn run_acks(pool: Pool, batch: Vec<Waiting<Vec<AckItem>, Json>>) -> Answer
     let requests: Vec<i32> =
         batch.iter().enumerate().flat_map(|(n, w)| std::iter::repeat_n(n as i32, w.request.len())).collect();
     let cols = AckColumns::of(batch.iter().flat_map(|w| w.request.iter()));
-    let outcome = ack_many(&pool, &cols, &requests).await;
+    let outcome = ack_many(&pool, &cols, &requests).await.and_then(|columns| {
+        let mut rest = columns.answer(batch.iter().flat_map(|w| w.request.iter()))?.into_iter();
+        Ok(batch.iter().map(|w| renumbered(rest.by_ref().take(w.request.len()))).collect())
+    });
     drop(cols);
     answer_batch(batch, outcome, alone, Rerun::SideBySide).await
 }
 
-/// One `ack_rows` call: one request's acks.
-pub(crate) async fn ack_call(pool: &Pool, items: &[AckItem]) -> Result<Json, EngineError> {
+/// What `queen.ack_rows` answers, per item in order: its verdict, whether
+/// its cursor's lease ended, whether it was dead-lettered.
+struct AckOutcomes {
+    verdicts: Vec<String>,
+    released: Vec<bool>,
+    dlq: Vec<bool>,
+}
+
+impl AckOutcomes {
+    fn read(row: &tokio_postgres::Row) -> Result<Self, EngineError> {
+        Ok(AckOutcomes { verdicts: row.try_get(0)?, released: row.try_get(1)?, dlq: row.try_get(2)? })
+    }
+
+    /// Each item's answer, indexed from 0 across `items`.
+    fn answer<'a>(self, items: impl Iterator<Item = &'a AckItem>) -> Result<Vec<AckResult>, EngineError> {
+        let items: Vec<&AckItem> = items.collect();
+        let n = items.len();
+        if self.verdicts.len() != n || self.released.len() != n || self.dlq.len() != n {
+            return Err(EngineError::Protocol("an ack answered another number of results than items".into()));
+        }
+        items
+            .into_iter()
+            .zip(self.verdicts)
+            .zip(self.released.into_iter().zip(self.dlq))
+            .enumerate()
+            .map(|(index, ((item, verdict), (released, dlq)))| {
+                let verdict = AckVerdict::named(&verdict)
+                    .ok_or_else(|| EngineError::Protocol(format!("an ack verdict {verdict:?}")))?;
+                Ok(AckResult::new(index, item.transaction_id.clone(), verdict, released, dlq))
+            })
+            .collect()
+    }
+}
+
+/// A request's answers, indexed from 0 within the request.
+fn renumbered(answers: impl Iterator<Item = AckResult>) -> Vec<AckResult> {
+    answers.enumerate().map(|(index, a)| AckResult { index, ..a }).collect()
+}
+
+/// One `ack_rows` call: one request's acks, answered in order.
+pub(crate) async fn ack_call(pool: &Pool, items: &[AckItem]) -> Result<Vec<AckResult>, EngineError> {
     let c = AckColumns::of(items);
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/ack.sql")).await?;
     let row = client.query_one(&stmt, &c.params()).await?;
-    let answer: Option<String> = row.try_get(0)?;
-    answer.map(Json).ok_or_else(|| EngineError::Protocol("ack answered NULL".into()))
+    drop(client);
+    AckOutcomes::read(&row)?.answer(items.iter())
 }
 
-/// Several requests' acks in one statement: one answer per request.
-async fn ack_many(pool: &Pool, c: &AckColumns<'_>, requests: &[i32]) -> Result<Vec<Json>, EngineError> {
+/// Several requests' acks in one statement: the outcome of every item of
+/// the batch, in order.
+async fn ack_many(pool: &Pool, c: &AckColumns<'_>, requests: &[i32]) -> Result<AckOutcomes, EngineError> {
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/ack_batch.sql")).await?;
     let mut params = c.params().to_vec();
     params.push(&requests);
     let row = client.query_one(&stmt, &params).await?;
-    let answers: Vec<String> = row.try_get(0)?;
-    Ok(answers.into_iter().map(Json).collect())
+    AckOutcomes::read(&row)
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! one of three SQLSTATEs whose message is the JSON body to answer with:
 //! `QN400` (HTTP 400), `QN413` (HTTP 413) and `QN200` (a business refusal
 //! that rolled the call back, HTTP 200). `QN201`, a lost KV precondition,
-//! carries its facts instead, and the engine writes the body. Anything that means "the database
+//! and `QN202`, a refused transaction, carry their facts instead, and the
+//! engine writes the body. Anything that means "the database
 //! cannot be reached" is [`EngineError::Unavailable`], which the server turns
 //! into a 503 with `Retry-After`.
 
@@ -26,6 +27,11 @@ pub enum EngineError {
     /// as [`EngineError::Refused`] with the body they write from it.
     #[error("kv precondition lost at index {}", .0.failed_index)]
     PreconditionLost(Box<queen_wire::PreconditionLost>),
+    /// A transaction's ack or push was refused and it rolled back (SQLSTATE
+    /// QN202); `Engine::transaction` answers it as [`EngineError::Refused`]
+    /// with the body it writes from these facts.
+    #[error("transaction refused: {0:?}")]
+    TransactionRefused(Box<queen_wire::TxRefusal>),
     /// PostgreSQL is down, restarting, or the pool is exhausted.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -100,6 +106,10 @@ impl From<tokio_postgres::Error> for EngineError {
             // rolled back, so a batch still reruns its members alone.)
             "QN201" => match serde_json::from_str::<queen_wire::PreconditionLost>(db.message()) {
                 Ok(lost) => EngineError::PreconditionLost(Box::new(lost)),
+                Err(_) => EngineError::Database(err),
+            },
+            "QN202" => match serde_json::from_str::<queen_wire::TxRefusal>(db.message()) {
+                Ok(refusal) => EngineError::TransactionRefused(Box::new(refusal)),
                 Err(_) => EngineError::Database(err),
             },
             "QN404" => EngineError::Rejected { status: 404, body: db.message().to_owned() },

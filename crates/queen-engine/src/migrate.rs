@@ -115,6 +115,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0024_kv_answers_by_the_engine.sql",
         sql: include_str!("../sql/migrations/0024_kv_answers_by_the_engine.sql"),
     },
+    Migration {
+        version: 25,
+        name: "0025_ack_answers_by_the_engine.sql",
+        sql: include_str!("../sql/migrations/0025_ack_answers_by_the_engine.sql"),
+    },
 ];
 
 /// The SQL functions, one file per engine module that calls them (named

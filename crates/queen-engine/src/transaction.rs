@@ -16,11 +16,12 @@ use serde_json::value::RawValue;
 use crate::ack::{self, AckColumns, AckItem};
 use crate::db::Pool;
 use crate::kv::decode::{decode_call, kv_reject};
-use crate::kv::{name_outcomes, KvColumns, KvOp, KvResult, PreconditionLost};
+use crate::kv::{name_outcomes, KvColumns, KvOp, KvResult};
 use crate::push::{self, PushColumns, PushItem};
 use crate::timers::{self, TimerColumns, TimerOp, TimerResult, DEFAULT_TIMER_HORIZON};
 use crate::wire::{self, Kind};
 use crate::{EngineError, Json};
+use queen_wire::TxRefusal;
 
 /// A checked bundle. Slots are positions in the flat result index space:
 /// one per pushed item and per ack, in `operations` order, then the KV ops.
@@ -198,6 +199,9 @@ pub(crate) async fn bundle_call(
         Err(EngineError::PreconditionLost(lost)) => {
             return Err(EngineError::Refused(lost.transaction_body(&tx_id)))
         }
+        Err(EngineError::TransactionRefused(refusal)) => {
+            return Err(EngineError::Refused(refusal.body(&tx_id)))
+        }
         Err(e) => return Err(e),
     };
     drop(client);
@@ -213,23 +217,16 @@ struct TxRecord {
     /// Each push item's message id, in push-item order.
     #[serde(default)]
     push_ids: Vec<String>,
-    /// Each ack's answer (`queen.ack_rows`), in ack order.
+    /// Whether each ack dead-lettered its message, in ack order (a
+    /// committed bundle applied every ack).
     #[serde(default)]
-    acks: Vec<AckRecord>,
+    ack_dlq: Vec<bool>,
     /// Each KV op's outcome, in op order.
     #[serde(default)]
     kv: Vec<KvResult>,
     /// Each timer op's outcome, in op order.
     #[serde(default)]
     timers: Vec<TimerResult>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AckRecord {
-    transaction_id: Option<String>,
-    #[serde(default)]
-    dlq: bool,
 }
 
 /// One element of a committed transaction's results; `index` is its place
@@ -263,7 +260,7 @@ struct AckElement<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     success: bool,
-    transaction_id: Option<&'a str>,
+    transaction_id: &'a str,
     error: Option<&'a str>,
     dlq: bool,
 }
@@ -293,7 +290,7 @@ fn answer(record: &str, bundle: &Bundle, push: &PushColumns<'_>) -> Result<Json,
     let mut r: TxRecord = serde_json::from_str(record).map_err(protocol)?;
     if r.push_ids.len() != bundle.pushes.len()
         || push.queues.len() != bundle.pushes.len()
-        || r.acks.len() != bundle.acks.len()
+        || r.ack_dlq.len() != bundle.acks.len()
         || r.kv.len() != bundle.kv.len()
         || r.timers.len() != bundle.timers.len()
     {
@@ -318,16 +315,16 @@ fn answer(record: &str, bundle: &Bundle, push: &PushColumns<'_>) -> Result<Json,
             }),
         ));
     }
-    for ((slot, _), ack) in bundle.acks.iter().zip(&r.acks) {
+    for ((slot, ack), dlq) in bundle.acks.iter().zip(&r.ack_dlq) {
         slots.push((
             *slot,
             TxElement::Ack(AckElement {
                 index: *slot,
                 kind: "ack",
                 success: true,
-                transaction_id: ack.transaction_id.as_deref(),
+                transaction_id: &ack.transaction_id,
                 error: None,
-                dlq: ack.dlq,
+                dlq: *dlq,
             }),
         ));
     }
@@ -343,22 +340,13 @@ fn answer(record: &str, bundle: &Bundle, push: &PushColumns<'_>) -> Result<Json,
     serde_json::to_string(&body).map(Json).map_err(protocol)
 }
 
-/// A bundle of a batch that was refused: the kv_lost facts of its lost
-/// precondition (the engine writes that answer), or the refusal SQL wrote.
-fn refusal(body: String, tx_id: &str) -> EngineError {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Refusal<'a> {
-        #[serde(borrow)]
-        kv_lost: Option<&'a RawValue>,
-    }
-    let lost = match serde_json::from_str::<Refusal>(&body) {
-        Ok(Refusal { kv_lost: Some(lost) }) => serde_json::from_str::<PreconditionLost>(lost.get()),
-        _ => return EngineError::Refused(body),
-    };
-    match lost {
-        Ok(lost) => EngineError::Refused(lost.transaction_body(tx_id)),
-        Err(e) => EngineError::Protocol(format!("a bundle's lost KV precondition: {e}")),
+/// A bundle of a batch that was refused: its refusal's facts
+/// (`{"kvLost": ...}`, `{"ackRefused": ...}`), from which the engine
+/// writes its answer.
+fn refusal(facts: &str, tx_id: &str) -> EngineError {
+    match serde_json::from_str::<TxRefusal>(facts) {
+        Ok(refusal) => EngineError::Refused(refusal.body(tx_id)),
+        Err(e) => EngineError::Protocol(format!("a bundle's refusal: {e}")),
     }
 }
 
@@ -410,7 +398,7 @@ pub(crate) async fn plain_bundles_call(
         .map(
             |((body, refused), (bundle, tx_id))| {
                 if refused {
-                    Err(refusal(body, tx_id))
+                    Err(refusal(&body, tx_id))
                 } else {
                     answer(&body, bundle, &no_pushes)
                 }

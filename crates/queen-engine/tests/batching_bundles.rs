@@ -345,8 +345,10 @@ async fn a_once_ack_batch_in_one_pass_answers_each_bundle_as_alone() {
                 assert!(refused[i], "bundle {i} is refused alone");
                 let e = e.as_db_error().expect("a refusal");
                 let mut lone: Value = serde_json::from_str(e.message()).expect("json");
-                // A lost precondition raises its facts (QN201); a batch
-                // answers them as its refused bundle's kvLost.
+                // A refusal raises its facts: a refused ack's as
+                // {"ackRefused": ..} (QN202), a lost precondition's bare
+                // (QN201); a batch answers them as its refused bundle's
+                // ackRefused or kvLost.
                 if e.code().code() == "QN201" {
                     lone = json!({ "kvLost": lone });
                 }
@@ -394,9 +396,5 @@ async fn an_ack_only_bundle_in_a_one_pass_batch_answers_its_acks_and_no_kv_outco
     let ack_only: Value = serde_json::from_str(&answers[1]).expect("json");
     assert_eq!(marked["kv"].as_array().map(Vec::len), Some(1), "{marked}");
     assert_eq!(ack_only["kv"], json!([]), "{ack_only}");
-    assert_eq!(
-        ack_only["acks"],
-        json!([{"transactionId": m[1]["transactionId"], "dlq": false}]),
-        "{ack_only}"
-    );
+    assert_eq!(ack_only["ackDlq"], json!([false]), "one applied ack: {ack_only}");
 }

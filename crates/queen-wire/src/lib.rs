@@ -6,6 +6,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![warn(missing_docs)]
 
+pub mod ack;
 pub mod dlq;
 pub mod ephemeral;
 pub mod kv;
@@ -14,6 +15,7 @@ pub mod pop;
 pub mod reads;
 pub mod timers;
 
+pub use ack::{AckRefused, AckResult, AckVerdict, PushRefused, TxRefusal};
 pub use dlq::{DlqQuery, ReplayTarget};
 pub use ephemeral::EphemeralPop;
 pub use kv::{

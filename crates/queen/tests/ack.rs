@@ -298,8 +298,9 @@ async fn a_nack_on_one_partition_does_not_clamp_another() {
 }
 
 /// `ack_rows` answers one completed item on a short path, completions on a
-/// set-based one, and anything with a nack cursor by cursor; each verdict
-/// must be the same on all three, byte for byte, with the same cursor
+/// set-based one, and anything with a nack cursor by cursor; each item's
+/// outcome (verdict, lease released, dead-lettered) must be the same on
+/// all three, with the same cursor
 /// after it. A ghost item riding along picks the path (it never touches
 /// the cursor): a completed one the set-based path, a retry the general
 /// one. Each case runs in a transaction that rolls back.
@@ -347,7 +348,8 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
             let pid: uuid::Uuid = pid.parse().unwrap();
             let row = client
                 .query_one(
-                    "SELECT queen.ack_rows($1, $2, $3, $4, $5, $6, NULL, $7)::text",
+                    "SELECT json_build_array(a.verdicts[1], a.released[1], a.dlq[1])::text
+                       FROM queen.ack_rows($1, $2, $3, $4, $5, $6, NULL, $7) a",
                     &[
                         &txids,
                         &vec![pid; n],
@@ -360,8 +362,7 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
                 )
                 .await
                 .unwrap();
-            let answer: Value = serde_json::from_str(&row.get::<_, String>(0)).unwrap();
-            answers.push(answer[0].to_string());
+            answers.push(row.get::<_, String>(0));
             let c = client.query_one(state, &[]).await.unwrap();
             cursors.push((
                 c.get::<_, i64>(0),
@@ -376,4 +377,47 @@ async fn a_lone_completed_ack_answers_and_moves_the_cursor_as_the_general_path_d
             assert_eq!(cursors[0], cursors[path], "{case}: the cursors differ (path {path})");
         }
     }
+}
+
+/// The engine writes each ack element from the verdict SQL answers: every
+/// refused verdict has its exact element (all seven fields, the error text
+/// included), whether it is acked alone (the one-completion path), among
+/// completions (the set-based path) or beside a nack (cursor by cursor).
+#[tokio::test]
+async fn each_refused_verdict_answers_its_exact_element_on_every_path() {
+    let b = TestBroker::start().await;
+    b.push_txids("verdicts", "Default", &txids("t", 3)).await;
+    let m = msgs(&b.pop_some("verdicts", "batch=3").await);
+    // t-0 acked for good: a completion of it is a noop, a nack of it is committed.
+    assert_eq!(b.ack(&m[0], "completed", None).await["success"], true);
+    let element = |txid: &str, success: bool, error: Option<&str>, noop: bool| {
+        json!({"index": 0, "transactionId": txid, "success": success, "error": error,
+               "leaseReleased": false, "dlq": false, "noop": noop})
+    };
+    let mut ghost = item(&m[1], "completed");
+    ghost["transactionId"] = json!("never-pushed");
+    let mut wrong_lease = item(&m[1], "completed");
+    wrong_lease["leaseId"] = json!(uuid::Uuid::new_v4().to_string());
+    let cases = [
+        (item(&m[0], "completed"), element("t-0", true, None, true)),
+        (item(&m[0], "failed"), element("t-0", false, Some("already committed: the cursor moved past this message before this ack"), false)),
+        (ghost, element("never-pushed", false, Some("unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers"), false)),
+        (wrong_lease, element("t-1", false, Some("invalid or expired lease"), false)),
+    ];
+    // A ghost item riding along picks the path and never touches a cursor.
+    let mut rider = item(&m[1], "completed");
+    rider["transactionId"] = json!("rider");
+    for (ack, expected) in cases {
+        let alone = b.ack_batch(json!([ack]), None).await;
+        let among_completions = b.ack_batch(json!([ack, rider]), None).await;
+        let mut nack_rider = rider.clone();
+        nack_rider["status"] = json!("retry");
+        let beside_a_nack = b.ack_batch(json!([ack, nack_rider]), None).await;
+        if ack["status"] == "completed" {
+            assert_eq!(alone[0], expected, "alone");
+            assert_eq!(among_completions[0], expected, "among completions");
+        }
+        assert_eq!(beside_a_nack[0], expected, "beside a nack");
+    }
+    assert_eq!(cursor(&b, "__QUEUE_MODE__").await, (1, 0, true), "only t-0's ack moved the cursor");
 }

@@ -40,20 +40,19 @@ LANGUAGE sql STABLE AS $$
                                 ORDER BY m.seq DESC LIMIT 1) m ON true) v
 $$;
 
--- The refusal of a transaction's acks (strict mode: anything but ok
--- refuses, a noop included), NULL when every verdict is ok. It names the
--- first cursor, in lock order, with a refused item. The one writer of this
--- answer: ack_rows raises it, transaction_requests answers it.
+-- Why a transaction's acks are refused (strict mode: anything but ok
+-- refuses, a noop included), NULL when every verdict is ok: the first
+-- cursor, in lock order, with a refused item, and how many it has. The
+-- engine writes the refusal (queen_wire::TxRefusal); ack_rows raises these
+-- facts as {"ackRefused": ...} (SQLSTATE QN202), transaction_batch answers
+-- them.
 -- PL/pgSQL: its query is planned once per session (a SQL function with a
 -- FROM cannot be inlined as an expression, and would be planned per call).
-CREATE OR REPLACE FUNCTION queen.ack_refusal(p_tx_id text, p_pids uuid[], p_groups text[], p_verdicts text[])
-RETURNS text
+CREATE OR REPLACE FUNCTION queen.ack_refused(p_pids uuid[], p_groups text[], p_verdicts text[])
+RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-  RETURN (SELECT json_build_object('transactionId', p_tx_id, 'success', false, 'reason', 'rejected_ack',
-                   'results', '[]'::json,
-                   'error', 'QTXN ' || count(*) || ' acked message(s) on partition ' || u.pid
-                     || ' are not leased by this worker or were already acked; the transaction rolled back')::text
+  RETURN (SELECT jsonb_build_object('partitionId', u.pid, 'count', count(*))
             FROM unnest(p_pids, p_groups, p_verdicts) u(pid, grp, verdict)
            WHERE u.verdict <> 'ok'
            GROUP BY u.pid, u.grp
@@ -61,35 +60,18 @@ BEGIN
            LIMIT 1);
 END $$;
 
--- One item's answer (p_index from 0). The one writer of the ack element.
--- STABLE as json_build_object is, so that it is inlined.
-CREATE OR REPLACE FUNCTION queen.ack_answer(
-  p_index integer, p_txid text, p_verdict text, p_released boolean, p_dlq boolean)
-RETURNS json
-LANGUAGE sql STABLE AS $$
-  SELECT json_build_object('index', p_index, 'transactionId', p_txid,
-    'success', p_verdict IN ('ok', 'noop'),
-    'error', CASE p_verdict
-               WHEN 'unresolvable' THEN 'unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers'
-               WHEN 'committed' THEN 'already committed: the cursor moved past this message before this ack'
-               WHEN 'lease' THEN 'invalid or expired lease' END,
-    'leaseReleased', p_verdict = 'ok' AND p_released, 'dlq', p_verdict = 'ok' AND p_dlq,
-    'noop', p_verdict = 'noop')
-$$;
-
 -- Applies completions whose verdicts are taken (queen.ack_verdicts, the
 -- cursors locked): each cursor moves past its highest accepted item and
 -- releases its lease when that reaches the leased batch's end, in one
--- statement whatever the count of items. p_requests numbers each item's
--- request from 0; answers one JSON array per request, indexes counted
--- within the request. A constant number of statements per call, so a
--- batch of acks costs one call (queen.ack_requests).
+-- statement whatever the count of items. Answers, per item in order,
+-- whether its cursor's lease ended. A constant number of statements per
+-- call, so a batch of acks costs one call (queen.ack_requests).
 CREATE OR REPLACE FUNCTION queen.ack_completions(
-  p_txids text[], p_pids uuid[], p_groups text[], p_seqs bigint[], p_verdicts text[], p_requests integer[])
-RETURNS text[]
+  p_pids uuid[], p_groups text[], p_seqs bigint[], p_verdicts text[])
+RETURNS boolean[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_answers text[];
+  v_released boolean[];
 BEGIN
   WITH done AS (
     SELECT d.pid, d.grp, d.next, c.lease_id IS NOT NULL AND d.next >= c.batch_end AS released
@@ -108,61 +90,67 @@ BEGIN
       FROM done d
      WHERE c.partition_id = d.pid AND c.consumer_group = d.grp
   )
-  SELECT array_agg(a.answer ORDER BY a.req)
-    INTO v_answers
-    FROM (SELECT i.req, json_agg(queen.ack_answer(i.idx, i.txid, i.verdict, coalesce(d.released, false), false)
-                                 ORDER BY i.ord)::text AS answer
-            FROM (SELECT u.*, (row_number() OVER (PARTITION BY u.req ORDER BY u.ord) - 1)::integer AS idx
-                    FROM unnest(p_txids, p_pids, p_groups, p_verdicts, p_requests)
-                         WITH ORDINALITY u(txid, pid, grp, verdict, req, ord)) i
-            LEFT JOIN done d ON d.pid = i.pid AND d.grp = i.grp
-           GROUP BY i.req) a;
-  RETURN v_answers;
+  SELECT array_agg(coalesce(d.released, false) ORDER BY i.ord)
+    INTO v_released
+    FROM unnest(p_pids, p_groups) WITH ORDINALITY i(pid, grp, ord)
+    LEFT JOIN done d ON d.pid = i.pid AND d.grp = i.grp;
+  RETURN v_released;
 END $$;
 
 -- The ack itself, on checked items (the engine decodes them, crates/queen-engine/src/ack.rs):
--- one element per item; p_groups are resolved (item, call, or queue mode).
+-- p_groups are resolved (item, call, or queue mode). Answers, per item in
+-- order, its verdict (queen.ack_verdicts'), whether its cursor's lease
+-- ended and whether it was dead-lettered; the engine writes each item's
+-- answer from them (queen_wire::AckResult).
 -- p_tx_id set: strict mode (the ack half of a transaction), where any
--- refused item raises QN200 before anything is written. Three paths, each
--- its own function: one completion (queen.ack_completion), completions only
--- (queen.ack_completions, set-based), and nacks among the items
--- (queen.ack_nacks, cursor by cursor). tests/ack.rs covers each verdict on
--- every path.
+-- refused item raises QN202 with queen.ack_refused's facts before anything
+-- is written. Three paths, each its own function: one completion
+-- (queen.ack_completion), completions only (queen.ack_completions,
+-- set-based), and nacks among the items (queen.ack_nacks, cursor by
+-- cursor). tests/ack.rs covers each verdict on every path.
 CREATE OR REPLACE FUNCTION queen.ack_rows(
   p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_leases text[], p_groups text[],
-  p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL)
-RETURNS json
+  p_tx_id text DEFAULT NULL, p_lent_lease text DEFAULT NULL,
+  OUT verdicts text[], OUT released boolean[], OUT dlq boolean[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_n integer;
-  v_verdicts text[];
   v_seqs bigint[];
-  v_refusal text;
+  v_refused jsonb;
+  v_one record;
 BEGIN
   v_n := coalesce(array_length(p_txids, 1), 0);
   IF v_n = 0 THEN
-    RETURN '[]'::json;
+    verdicts := '{}';
+    released := '{}';
+    dlq := '{}';
+    RETURN;
   END IF;
+  dlq := array_fill(false, ARRAY[v_n]);
   IF v_n = 1 AND p_statuses[1] = 'completed' THEN
-    RETURN queen.ack_completion(p_txids[1], p_pids[1], p_leases[1], p_groups[1], p_tx_id, p_lent_lease);
+    v_one := queen.ack_completion(p_txids[1], p_pids[1], p_leases[1], p_groups[1], p_tx_id, p_lent_lease);
+    verdicts := ARRAY[v_one.verdict];
+    released := ARRAY[v_one.released];
+    RETURN;
   END IF;
   PERFORM queen.lock_cursors(p_pids, p_groups);
-  SELECT v.verdicts, v.seqs INTO v_verdicts, v_seqs
+  SELECT v.verdicts, v.seqs INTO verdicts, v_seqs
     FROM queen.ack_verdicts(p_txids, p_pids, p_statuses, p_leases, p_groups, p_lent_lease) v;
   IF p_tx_id IS NOT NULL THEN
-    v_refusal := queen.ack_refusal(p_tx_id, p_pids, p_groups, v_verdicts);
-    IF v_refusal IS NOT NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = v_refusal;
+    v_refused := queen.ack_refused(p_pids, p_groups, verdicts);
+    IF v_refused IS NOT NULL THEN
+      RAISE EXCEPTION USING ERRCODE = 'QN202', MESSAGE = jsonb_build_object('ackRefused', v_refused)::text;
     END IF;
   END IF;
 
   -- Only completions (a consumer acking what it popped): set-based.
   IF p_statuses <@ ARRAY['completed'] THEN
-    RETURN (queen.ack_completions(p_txids, p_pids, p_groups, v_seqs, v_verdicts,
-                                  array_fill(0, ARRAY[v_n])))[1]::json;
+    released := queen.ack_completions(p_pids, p_groups, v_seqs, verdicts);
+    RETURN;
   END IF;
 
-  RETURN queen.ack_nacks(p_txids, p_pids, p_statuses, p_errors, p_groups, v_verdicts, v_seqs);
+  SELECT n.released, n.dlq INTO released, dlq
+    FROM queen.ack_nacks(p_pids, p_statuses, p_errors, p_groups, verdicts, v_seqs) n;
 END $$;
 
 -- queen.ack_rows' path for one completed item, the common ack (a lone ack,
@@ -171,16 +159,14 @@ END $$;
 -- executor start-up).
 -- Runs under ack_rows' generic plans (its SET reaches what it calls).
 CREATE OR REPLACE FUNCTION queen.ack_completion(
-  p_txid text, p_pid uuid, p_lease text, p_group text, p_tx_id text, p_lent_lease text)
-RETURNS json
+  p_txid text, p_pid uuid, p_lease text, p_group text, p_tx_id text, p_lent_lease text,
+  OUT verdict text, OUT released boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
   cur record;
   v_seq bigint;
   v_lease text;
-  v_verdict text;
   v_next bigint;
-  v_released boolean;
 BEGIN
   SELECT c.next_seq, c.lease_id, c.lease_expires_at, c.batch_end
     INTO cur
@@ -191,28 +177,27 @@ BEGIN
    WHERE m.partition_id = p_pid AND m.transaction_id = p_txid
    ORDER BY m.seq DESC LIMIT 1;
   v_lease := coalesce(nullif(p_lease, ''), p_lent_lease);
-  v_verdict := CASE
+  verdict := CASE
     WHEN cur.next_seq IS NULL OR v_seq IS NULL THEN 'unresolvable'
     WHEN v_seq < cur.next_seq THEN 'noop'
     WHEN v_lease IS NOT NULL AND (cur.lease_expires_at IS NULL OR cur.lease_expires_at <= now()
                                   OR cur.lease_id::text <> lower(v_lease)) THEN 'lease'
     ELSE 'ok' END;
-  IF p_tx_id IS NOT NULL AND v_verdict <> 'ok' THEN
-    RAISE EXCEPTION USING ERRCODE = 'QN200',
-      MESSAGE = queen.ack_refusal(p_tx_id, ARRAY[p_pid], ARRAY[p_group], ARRAY[v_verdict]);
+  IF p_tx_id IS NOT NULL AND verdict <> 'ok' THEN
+    RAISE EXCEPTION USING ERRCODE = 'QN202', MESSAGE = jsonb_build_object('ackRefused',
+      queen.ack_refused(ARRAY[p_pid], ARRAY[p_group], ARRAY[verdict]))::text;
   END IF;
-  v_released := false;
-  IF v_verdict = 'ok' THEN
+  released := false;
+  IF verdict = 'ok' THEN
     v_next := v_seq + 1;
-    v_released := cur.lease_id IS NOT NULL AND v_next >= cur.batch_end;
+    released := cur.lease_id IS NOT NULL AND v_next >= cur.batch_end;
     UPDATE queen.cursors SET next_seq = v_next,
-           retry_count = CASE WHEN v_released THEN 0 ELSE retry_count END,
-           lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
-           lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
-           batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END
+           retry_count = CASE WHEN released THEN 0 ELSE retry_count END,
+           lease_id = CASE WHEN released THEN NULL ELSE lease_id END,
+           lease_expires_at = CASE WHEN released THEN NULL ELSE lease_expires_at END,
+           batch_end = CASE WHEN released THEN NULL ELSE batch_end END
      WHERE partition_id = p_pid AND consumer_group = p_group;
   END IF;
-  RETURN json_build_array(queen.ack_answer(0, p_txid, v_verdict, v_released, false));
 END $$;
 
 -- queen.ack_rows' path for items among which are nacks (failed, retry,
@@ -221,13 +206,11 @@ END $$;
 -- nack of a cursor clamps it just before that message, else it moves past
 -- the highest completion. Runs under ack_rows' generic plans.
 CREATE OR REPLACE FUNCTION queen.ack_nacks(
-  p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_groups text[],
-  p_verdicts text[], p_seqs bigint[])
-RETURNS json
+  p_pids uuid[], p_statuses text[], p_errors text[], p_groups text[], p_verdicts text[], p_seqs bigint[],
+  OUT released boolean[], OUT dlq boolean[])
 LANGUAGE plpgsql AS $$
 DECLARE
-  v_n integer := array_length(p_txids, 1);
-  v_res json[];
+  v_n integer := array_length(p_pids, 1);
   g record;
   cur record;
   v_ords integer[];
@@ -238,7 +221,8 @@ DECLARE
   v_dlq boolean;
   i integer;
 BEGIN
-  v_res := array_fill(NULL::json, ARRAY[v_n]);
+  released := array_fill(false, ARRAY[v_n]);
+  dlq := array_fill(false, ARRAY[v_n]);
   FOR g IN
     SELECT u.pid, u.grp, array_agg(u.ord::integer ORDER BY u.ord) AS ords
       FROM unnest(p_pids, p_groups) WITH ORDINALITY u(pid, grp, ord)
@@ -303,11 +287,10 @@ BEGIN
        WHERE partition_id = g.pid AND consumer_group = g.grp;
     END IF;
     FOREACH i IN ARRAY g.ords LOOP
-      v_res[i] := queen.ack_answer(i - 1, p_txids[i], p_verdicts[i], v_released, i = v_min AND v_dlq);
+      released[i] := v_released;
+      dlq[i] := i = v_min AND v_dlq;
     END LOOP;
   END LOOP;
-
-  RETURN (SELECT json_agg(r ORDER BY n) FROM unnest(v_res) WITH ORDINALITY u(r, n));
 END $$;
 
 -- Locks the cursors of (partition, group) pairs FOR UPDATE in the global
@@ -333,16 +316,15 @@ END $$;
 -- Every cursor of the batch is locked first, in the (partition, group)
 -- order ack_rows locks them in, so two batches never deadlock although a
 -- request's cursors and the next request's interleave. p_requests numbers
--- each item's request from 0. Answers one JSON array per request.
+-- each item's request from 0 (a request's items are contiguous). Answers
+-- ack_rows' columns for every item of the batch, in order.
 CREATE OR REPLACE FUNCTION queen.ack_requests(
   p_txids text[], p_pids uuid[], p_statuses text[], p_errors text[], p_leases text[], p_groups text[],
-  p_requests integer[])
-RETURNS text[]
+  p_requests integer[], OUT verdicts text[], OUT released boolean[], OUT dlq boolean[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_res text[] := '{}';
   r record;
-  v_verdicts text[];
+  a record;
   v_seqs bigint[];
 BEGIN
   PERFORM queen.lock_cursors(p_pids, p_groups);
@@ -352,10 +334,15 @@ BEGIN
   IF p_statuses <@ ARRAY['completed'] AND NOT EXISTS (
        SELECT 1 FROM unnest(p_pids, p_groups, p_requests) u(pid, grp, req)
         GROUP BY u.pid, u.grp HAVING count(DISTINCT u.req) > 1) THEN
-    SELECT v.verdicts, v.seqs INTO v_verdicts, v_seqs
+    SELECT v.verdicts, v.seqs INTO verdicts, v_seqs
       FROM queen.ack_verdicts(p_txids, p_pids, p_statuses, p_leases, p_groups, NULL) v;
-    RETURN queen.ack_completions(p_txids, p_pids, p_groups, v_seqs, v_verdicts, p_requests);
+    released := queen.ack_completions(p_pids, p_groups, v_seqs, verdicts);
+    dlq := array_fill(false, ARRAY[cardinality(p_txids)]);
+    RETURN;
   END IF;
+  verdicts := '{}';
+  released := '{}';
+  dlq := '{}';
   FOR r IN
     SELECT u.req,
            array_agg(u.txid ORDER BY u.n) AS txids, array_agg(u.pid ORDER BY u.n) AS pids,
@@ -366,7 +353,10 @@ BEGIN
      GROUP BY u.req
      ORDER BY u.req
   LOOP
-    v_res := v_res || queen.ack_rows(r.txids, r.pids, r.statuses, r.errs, r.leases, r.grps)::text;
+    SELECT x.verdicts, x.released, x.dlq INTO a
+      FROM queen.ack_rows(r.txids, r.pids, r.statuses, r.errs, r.leases, r.grps) x;
+    verdicts := verdicts || a.verdicts;
+    released := released || a.released;
+    dlq := dlq || a.dlq;
   END LOOP;
-  RETURN v_res;
 END $$;

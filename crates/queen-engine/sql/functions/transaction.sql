@@ -9,19 +9,22 @@
 -- Lock order: timer rows (by queue and key), then partitions of the pushes
 -- (by id), then cursors of the acks (by partition id), then KV keys (in byte
 -- order), so overlapping bundles, and a bundle and the timer sweeper (timer
--- rows, then the partitions it fires into), never deadlock. Any refusal raises QN200 (QN201 for a lost KV precondition)
--- and the whole bundle rolls back.
+-- rows, then the partitions it fires into), never deadlock. Any refusal raises
+-- its facts, QN202 (queen_wire::TxRefusal: an ack refused, a push not
+-- queued) or QN201 (a lost KV precondition), and the whole bundle rolls
+-- back; the engine writes the refusal.
 -- What a bundle did, for the engine to answer (crates/queen-engine/src/transaction.rs):
--- its pushes' message ids (aligned with its push items), its acks' answers
--- (queen.ack_rows', aligned with its acks), its KV ops' outcomes
+-- its pushes' message ids (aligned with its push items), whether each ack
+-- dead-lettered its message (aligned with its acks; in strict mode every
+-- ack was applied), its KV ops' outcomes
 -- (kv_apply's) and its timer ops' outcomes (timer_apply's). The engine
 -- writes the transaction's answer and every element of it.
 -- STABLE as json_build_object is, so that it is inlined.
-CREATE OR REPLACE FUNCTION queen.tx_record(p_tx_id text, p_push_ids uuid[], p_acks jsonb, p_kv jsonb,
+CREATE OR REPLACE FUNCTION queen.tx_record(p_tx_id text, p_push_ids uuid[], p_ack_dlq boolean[], p_kv jsonb,
                                            p_timers jsonb) RETURNS json
 LANGUAGE sql STABLE AS $$
-  SELECT json_build_object('transactionId', p_tx_id, 'pushIds', coalesce(p_push_ids, '{}'), 'acks', p_acks,
-                           'kv', p_kv, 'timers', p_timers)
+  SELECT json_build_object('transactionId', p_tx_id, 'pushIds', coalesce(p_push_ids, '{}'),
+                           'ackDlq', coalesce(p_ack_dlq, '{}'), 'kv', p_kv, 'timers', p_timers)
 $$;
 
 CREATE OR REPLACE FUNCTION queen.transaction_rows(
@@ -40,7 +43,7 @@ DECLARE
   v_ids uuid[];
   v_verdicts text;
   v_bad integer;
-  v_ack json := '[]';
+  v_ack_dlq boolean[] := '{}';
   v_kv json := '[]';
   v_timers jsonb := '[]';
   v_one jsonb;
@@ -61,17 +64,15 @@ BEGIN
       FROM queen.push_rows(p_queues, p_parts, p_txids, p_traces, p_payloads, NULL, p_subs => p_push_subs) x;
     v_bad := queen.first_unqueued(v_verdicts);
     IF v_bad IS NOT NULL THEN
-      RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object(
-        'transactionId', p_tx_id, 'success', false, 'reason', 'duplicate', 'results', '[]'::json,
-        'error', CASE WHEN substr(v_verdicts, v_bad, 1) = 'd'
-          THEN 'QDUP item ' || (v_bad - 1) || ' (transactionId ' || p_txids[v_bad]
-               || ') is a duplicate inside the dedup window; the transaction rolled back'
-          ELSE 'Queue ''' || p_queues[v_bad] || ''' would exceed max capacity; the transaction rolled back' END)::text;
+      RAISE EXCEPTION USING ERRCODE = 'QN202', MESSAGE = jsonb_build_object('pushRefused', jsonb_build_object(
+        'index', v_bad - 1, 'duplicate', substr(v_verdicts, v_bad, 1) = 'd',
+        'transactionId', p_txids[v_bad], 'queue', p_queues[v_bad]))::text;
     END IF;
   END IF;
   IF coalesce(array_length(p_ack_txids, 1), 0) > 0 THEN
-    v_ack := queen.ack_rows(p_ack_txids, p_ack_pids, p_ack_statuses, p_ack_errors, p_ack_leases, p_ack_groups,
-                            p_tx_id, p_lent_lease);
+    SELECT a.dlq INTO v_ack_dlq
+      FROM queen.ack_rows(p_ack_txids, p_ack_pids, p_ack_statuses, p_ack_errors, p_ack_leases, p_ack_groups,
+                          p_tx_id, p_lent_lease) a;
   END IF;
 
   -- One put or putIfAbsent (the `once` marker of an idempotent consumer)
@@ -90,7 +91,7 @@ BEGIN
       jsonb_build_object('offset', p_slot_count, 'maxReadBytes', p_max_read_bytes));
   END IF;
 
-  RETURN queen.tx_record(p_tx_id, v_ids, v_ack::jsonb, v_kv::jsonb, v_timers);
+  RETURN queen.tx_record(p_tx_id, v_ids, v_ack_dlq, v_kv::jsonb, v_timers);
 END $$;
 
 -- Several bundles without pushes or timers (acks and KV ops: the once +
@@ -127,6 +128,7 @@ DECLARE
   l integer;
   v_verdicts text[];
   v_refusal text;
+  v_refused jsonb;
   v_kv jsonb;
 BEGIN
   answers := '{}';
@@ -152,7 +154,10 @@ BEGIN
       SELECT v.verdicts INTO v_verdicts
         FROM queen.ack_verdicts(p_ack_txids[a:b], p_ack_pids[a:b], p_ack_statuses[a:b], p_ack_leases[a:b],
                                 p_ack_groups[a:b], p_lent_leases[i]) v;
-      v_refusal := queen.ack_refusal(p_tx_ids[i], p_ack_pids[a:b], p_ack_groups[a:b], v_verdicts);
+      v_refused := queen.ack_refused(p_ack_pids[a:b], p_ack_groups[a:b], v_verdicts);
+      IF v_refused IS NOT NULL THEN
+        v_refusal := jsonb_build_object('ackRefused', v_refused)::text;
+      END IF;
     END IF;
     IF v_refusal IS NULL AND l = k AND a_required[k] AND a_op[k] IN ('put', 'putIfAbsent') THEN
       v_kv := queen.kv_put_verdict(a_ns[k], a_key[k], CASE WHEN a_op[k] = 'put' THEN a_expect[k] ELSE 0 END);
@@ -236,11 +241,12 @@ BEGIN
   v_answers := array_fill(NULL::text, ARRAY[v_n]);
   -- Refused by an ack: the first cursor of the bundle with a refused item.
   FOR b IN SELECT DISTINCT u.b FROM unnest(v_verdicts, v_bundle_of_ack) u(verdict, b) WHERE u.verdict <> 'ok' LOOP
-    v_answers[b] := (SELECT queen.ack_refusal(p_tx_ids[b], array_agg(u.pid ORDER BY u.n),
-                                                     array_agg(u.grp ORDER BY u.n), array_agg(u.verdict ORDER BY u.n))
-                              FROM unnest(p_ack_pids, p_ack_groups, v_verdicts, v_bundle_of_ack)
-                                   WITH ORDINALITY u(pid, grp, verdict, bb, n)
-                             WHERE u.bb = b);
+    v_answers[b] := (SELECT jsonb_build_object('ackRefused',
+                              queen.ack_refused(array_agg(u.pid ORDER BY u.n), array_agg(u.grp ORDER BY u.n),
+                                                array_agg(u.verdict ORDER BY u.n)))::text
+                       FROM unnest(p_ack_pids, p_ack_groups, v_verdicts, v_bundle_of_ack)
+                            WITH ORDINALITY u(pid, grp, verdict, bb, n)
+                      WHERE u.bb = b);
   END LOOP;
   -- Refused by its marker: a live row under the key (its lock is held).
   -- (A scalar sub-select per key: an index probe whatever the table's size
@@ -261,10 +267,8 @@ BEGIN
   SELECT array_agg(v_answers[n] IS NOT NULL ORDER BY n) INTO refused FROM generate_series(1, v_n) n;
 
   -- The accepted bundles' acks, in one statement.
-  PERFORM queen.ack_completions(array_agg(u.txid), array_agg(u.pid), array_agg(u.grp), array_agg(u.seq),
-                                array_agg(u.verdict), array_agg(u.b))
-     FROM unnest(p_ack_txids, p_ack_pids, p_ack_groups, v_seqs, v_verdicts, v_bundle_of_ack)
-          u(txid, pid, grp, seq, verdict, b)
+  PERFORM queen.ack_completions(array_agg(u.pid), array_agg(u.grp), array_agg(u.seq), array_agg(u.verdict))
+     FROM unnest(p_ack_pids, p_ack_groups, v_seqs, v_verdicts, v_bundle_of_ack) u(pid, grp, seq, verdict, b)
     WHERE u.b = ANY (v_accepted)
    HAVING count(*) > 0;
   -- Their markers, in one statement, and each bundle's answer.
@@ -283,13 +287,13 @@ BEGIN
       FROM unnest(a_ns, a_key, v_bundle_of_kv) u(ns, key, b)
       JOIN marked m ON m.ns = u.ns AND m.key = u.key
   ), ack_results AS (
-    SELECT u.b, jsonb_agg(jsonb_build_object('transactionId', u.txid, 'dlq', false) ORDER BY u.slot) AS r
-      FROM unnest(p_ack_slots, p_ack_txids, v_bundle_of_ack) u(slot, txid, b)
+    SELECT u.b, array_agg(false) AS r
+      FROM unnest(v_bundle_of_ack) u(b)
      WHERE u.b = ANY (v_accepted)
      GROUP BY u.b
   )
   SELECT array_agg(coalesce(v_answers[n],
-           queen.tx_record(p_tx_ids[n], NULL, coalesce(a.r, '[]'::jsonb),
+           queen.tx_record(p_tx_ids[n], NULL, a.r,
                            CASE WHEN kr.r IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(kr.r) END,
                            '[]')::text) ORDER BY n)
     INTO answers

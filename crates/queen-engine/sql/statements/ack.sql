@@ -1,2 +1,3 @@
 -- Engine::ack_items: typed arrays, one element per checked acknowledgment.
-SELECT queen.ack_rows($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[])::text
+SELECT a.verdicts, a.released, a.dlq
+  FROM queen.ack_rows($1::text[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[]) a

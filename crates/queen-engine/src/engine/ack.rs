@@ -16,11 +16,11 @@ impl Engine {
             return Ok(Json("[]".into()));
         }
         let n = items.len();
-        let answer = match self.ack_batcher() {
+        let answers = match self.ack_batcher() {
             Some(batcher) if n <= BATCH_AT_MOST_ITEMS => batcher.call(items).await,
             _ => ack_call(self.pool(), &items).await,
         }?;
         self.traffic_ref().acked(n);
-        Ok(answer)
+        serde_json::to_string(&answers).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
     }
 }
