@@ -1,11 +1,11 @@
 //! Error policy: the database decides what is bad input. SQL functions raise
-//! one of three SQLSTATEs whose message is the JSON body to answer with:
-//! `QN400` (HTTP 400), `QN413` (HTTP 413) and `QN200` (a business refusal
-//! that rolled the call back, HTTP 200). `QN201`, a lost KV precondition,
-//! and `QN202`, a refused transaction, carry their facts instead, and the
-//! engine writes the body. Anything that means "the database
-//! cannot be reached" is [`EngineError::Unavailable`], which the server turns
-//! into a 503 with `Retry-After`.
+//! `QN400` (HTTP 400) or `QN413` (HTTP 413) with the JSON body to answer
+//! with. A business refusal that rolls the call back (HTTP 200) raises its
+//! facts, and the engine writes the body: `QN201` a lost KV precondition,
+//! `QN202` a refused transaction, `QN203` a refused stream cycle. Anything
+//! that means "the database cannot be reached" is
+//! [`EngineError::Unavailable`], which the server turns into a 503 with
+//! `Retry-After`.
 
 /// Why an engine call did not produce its answer.
 #[derive(Debug, thiserror::Error)]
@@ -32,6 +32,10 @@ pub enum EngineError {
     /// with the body it writes from these facts.
     #[error("transaction refused: {0:?}")]
     TransactionRefused(Box<queen_wire::TxRefusal>),
+    /// A stream cycle was refused, or found to be a replay, and rolled back
+    /// (SQLSTATE QN203); `Engine::stream_cycle` answers it.
+    #[error("stream cycle refused: {0:?}")]
+    CycleRefused(CycleRefusal),
     /// PostgreSQL is down, restarting, or the pool is exhausted.
     #[error("database unavailable: {0}")]
     Unavailable(String),
@@ -77,6 +81,22 @@ pub enum EngineError {
     EncryptionChanged(Vec<String>),
 }
 
+/// Why the database did not apply a stream cycle (the facts of SQLSTATE
+/// QN203); the engine writes the runner's answer.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CycleRefusal {
+    /// Refused: the runner's `success: false` answer, with this error.
+    Refused(String),
+    /// A copy of this cycle committed while it waited for the cursor: a
+    /// replay, answered as a success that applied nothing.
+    Replayed {
+        /// The source queue.
+        #[serde(rename = "queueName")]
+        queue_name: String,
+    },
+}
+
 /// The server's message, SQLSTATE and function context; never `detail`,
 /// which can quote row values (KV values must not reach the logs).
 fn describe(err: &tokio_postgres::Error) -> String {
@@ -99,7 +119,6 @@ impl From<tokio_postgres::Error> for EngineError {
         match code {
             "QN400" => EngineError::Rejected { status: 400, body: db.message().to_owned() },
             "QN413" => EngineError::Rejected { status: 413, body: db.message().to_owned() },
-            "QN200" => EngineError::Refused(db.message().to_owned()),
             // A lost KV precondition raises its facts, and the call writes
             // its refusal from them (a KV call's or a transaction's).
             // (Unreadable facts are our bug; as a database error the call
@@ -110,6 +129,10 @@ impl From<tokio_postgres::Error> for EngineError {
             },
             "QN202" => match serde_json::from_str::<queen_wire::TxRefusal>(db.message()) {
                 Ok(refusal) => EngineError::TransactionRefused(Box::new(refusal)),
+                Err(_) => EngineError::Database(err),
+            },
+            "QN203" => match serde_json::from_str::<CycleRefusal>(db.message()) {
+                Ok(refusal) => EngineError::CycleRefused(refusal),
                 Err(_) => EngineError::Database(err),
             },
             "QN404" => EngineError::Rejected { status: 404, body: db.message().to_owned() },

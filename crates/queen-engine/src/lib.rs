@@ -50,7 +50,7 @@ pub use dlq::DlqQuery;
 pub use dlq::{decode_replay_target, parse_dlq_id, ReplayTarget};
 pub use engine::{Engine, EngineOptions};
 pub use ephemeral::{EphemeralConfig, EphemeralPop, BROKER_BYTES as EPHEMERAL_BROKER_BYTES};
-pub use error::EngineError;
+pub use error::{CycleRefusal, EngineError};
 pub use groups::{SubscriptionMode, QUEUE_MODE};
 pub use kv::browse::{decode_kv_list, KvListRequest, KV_LIST_DEFAULT_LIMIT, KV_LIST_MAX_LIMIT};
 pub use kv::{

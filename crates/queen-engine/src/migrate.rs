@@ -117,8 +117,8 @@ pub const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 25,
-        name: "0025_ack_answers_by_the_engine.sql",
-        sql: include_str!("../sql/migrations/0025_ack_answers_by_the_engine.sql"),
+        name: "0025_ack_and_cycle_answers_by_the_engine.sql",
+        sql: include_str!("../sql/migrations/0025_ack_and_cycle_answers_by_the_engine.sql"),
     },
 ];
 

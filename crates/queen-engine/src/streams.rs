@@ -89,9 +89,76 @@ fn bad(field: &str, problem: &str) -> EngineError {
     wire::bad_request(field, problem)
 }
 
-/// The runner's 200 refusal.
-fn refused(error: &str) -> EngineError {
+/// The runner's 200 refusal; the one writer of it (a refusal the database
+/// raises, `CycleRefusal::Refused`, is answered here too).
+pub(crate) fn refused(error: &str) -> EngineError {
     EngineError::Refused(serde_json::json!({"success": false, "error": error}).to_string())
+}
+
+/// What `queen.stream_cycle` did.
+pub(crate) struct CycleDone {
+    /// A copy of this cycle had committed: nothing applied.
+    pub replayed: bool,
+    /// The source queue.
+    pub queue_name: String,
+    /// State upserts and deletes applied.
+    pub state_ops: i32,
+    /// The ack ended the lease.
+    pub released: bool,
+    /// The ack dead-lettered the batch's first message.
+    pub dlq: bool,
+}
+
+#[derive(serde::Serialize)]
+struct CycleAnswer<'a> {
+    success: bool,
+    query_id: String,
+    partition_id: String,
+    #[serde(rename = "queueName")]
+    queue_name: &'a str,
+    state_ops_applied: i32,
+    push_results: &'a RawValue,
+    ack_result: Option<CycleAcked>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replayed: Option<bool>,
+}
+
+#[derive(serde::Serialize)]
+struct CycleAcked {
+    success: bool,
+    count: i32,
+    lease_released: bool,
+    dlq: bool,
+}
+
+/// A cycle's answer, from what it did; `push_results` is the emits'
+/// answer, written by the push's one writer (`PushColumns::answer`), or
+/// `None` when it pushed nothing.
+pub(crate) fn cycle_answer(
+    c: &Cycle,
+    done: &CycleDone,
+    push_results: Option<&crate::Json>,
+) -> Result<crate::Json, EngineError> {
+    let protocol = |e: serde_json::Error| EngineError::Protocol(format!("stream cycle answer: {e}"));
+    let push_results: &RawValue =
+        serde_json::from_str(push_results.map_or("[]", |p| p.0.as_str())).map_err(protocol)?;
+    let ack_result = c.ack.as_ref().map(|a| CycleAcked {
+        success: true,
+        count: if done.replayed { 0 } else { a.count },
+        lease_released: done.released,
+        dlq: done.dlq,
+    });
+    let answer = CycleAnswer {
+        success: true,
+        query_id: c.query_id.to_string(),
+        partition_id: c.partition_id.to_string(),
+        queue_name: &done.queue_name,
+        state_ops_applied: done.state_ops,
+        push_results,
+        ack_result,
+        replayed: done.replayed.then_some(true),
+    };
+    serde_json::to_string(&answer).map(crate::Json).map_err(protocol)
 }
 
 fn object(body: &str) -> Result<wire::Fields<'_>, EngineError> {

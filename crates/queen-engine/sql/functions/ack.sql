@@ -1,6 +1,6 @@
 -- Acks as offset commits. POST /api/v1/ack, /api/v1/ack/batch, and the ack
 -- half of a transaction (strict mode: p_tx_id is set, and any refused item
--- raises QN200 so the whole transaction rolls back).
+-- raises its facts, QN202, so the whole transaction rolls back).
 --
 -- Locks: cursor rows FOR UPDATE, one (partition, group) at a time in
 -- (partition id, group) order, so concurrent batch acks never deadlock.

@@ -7,10 +7,12 @@
 --
 -- Shared helpers. Every rule that refuses input raises one of two SQLSTATEs
 -- whose MESSAGE is the JSON body to answer with; the Rust side never edits it:
---   QN400 bad request (HTTP 400), QN413 too large (HTTP 413),
---   QN200 a business refusal that must roll back the call (HTTP 200).
--- One refusal raises its facts instead, for the engine to write the body:
---   QN201 a lost `required` KV precondition (queen.kv_lost).
+--   QN400 bad request (HTTP 400), QN413 too large (HTTP 413).
+-- A business refusal that must roll the call back (HTTP 200) raises its
+-- facts instead, and the engine writes the body:
+--   QN201 a lost `required` KV precondition (queen.kv_lost),
+--   QN202 a refused transaction ({"ackRefused": ..} or {"pushRefused": ..}),
+--   QN203 a refused or replayed stream cycle (queen.stream_refuse).
 
 -- The consumer group of queue mode, as the wire names it. Its one spelling
 -- is queen_wire::QUEUE_MODE: migrate.rs writes it over the placeholder.

@@ -5,12 +5,12 @@
 -- the pushes of the emits, all in one transaction.
 
 -- A refusal the runner reads as `success: false` (HTTP 200); raised so the
--- whole cycle rolls back.
+-- whole cycle rolls back. Its facts (SQLSTATE QN203, {"refused": error});
+-- the engine writes the answer (crates/queen-engine/src/streams.rs).
 CREATE OR REPLACE FUNCTION queen.stream_refuse(p_error text) RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-  RAISE EXCEPTION USING ERRCODE = 'QN200',
-    MESSAGE = json_build_object('success', false, 'error', p_error)::text;
+  RAISE EXCEPTION USING ERRCODE = 'QN203', MESSAGE = jsonb_build_object('refused', p_error)::text;
 END $$;
 
 -- POST /streams/v1/queries: an upsert by name. A changed config hash is a
@@ -78,8 +78,11 @@ $$;
 
 -- POST /streams/v1/cycle: state ops, the emits' pushes and the ack of the
 -- source messages commit together or not at all. Every refusal raises
--- (QN200 with the runner's `success: false` answer, or a push's own error),
--- so nothing of a refused cycle stays.
+-- (QN203 with its facts, or a push's own error), so nothing of a refused
+-- cycle stays. Answers what the cycle did, as typed columns: the engine
+-- writes the answer (engine/streams.rs): whether it was a replay, the
+-- source queue, the state ops applied, whether the ack released the lease
+-- or dead-lettered, the queues to announce and the emits' message ids.
 --
 -- Locks, in the global order (ARCHITECTURE.md): the query row FOR KEY
 -- SHARE (fences a reset), sink partitions (push_rows), the source cursor
@@ -106,7 +109,8 @@ CREATE OR REPLACE FUNCTION queen.stream_cycle(
   p_queues text[], p_parts text[], p_txids text[], p_traces text[], p_payloads text[],
   a_present boolean, a_txid text, a_lease text, a_status text, a_count integer, p_release boolean,
   p_subs text[],
-  OUT result json, OUT queued text[], OUT push_ids uuid[])
+  OUT replayed boolean, OUT queue_name text, OUT state_ops integer, OUT released boolean, OUT dlq boolean,
+  OUT queued text[], OUT push_ids uuid[])
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_src text;
@@ -119,14 +123,16 @@ DECLARE
   r record;
   v_seq bigint;
   v_next bigint;
-  v_released boolean := false;
   v_gone integer := 0;
   qo record;
   v_dead bigint;
-  v_dlq boolean := false;
   v_exhausted boolean := false;
   v_retry_delay integer := 0;
 BEGIN
+  replayed := false;
+  released := false;
+  dlq := false;
+  state_ops := 0;
   PERFORM 1 FROM queen.stream_queries WHERE id = p_query FOR KEY SHARE;
   IF NOT FOUND THEN
     PERFORM queen.stream_refuse('query not found');
@@ -152,11 +158,8 @@ BEGIN
        WHERE m.partition_id = p_partition AND m.transaction_id = a_txid AND m.seq < early.batch_end
        ORDER BY m.seq DESC LIMIT 1;
       IF v_seq < early.next_seq THEN
-        result := json_build_object('success', true, 'query_id', p_query, 'partition_id', p_partition,
-          'queueName', v_src, 'state_ops_applied', 0, 'push_results', '[]'::json,
-          'ack_result', json_build_object('success', true, 'count', 0, 'lease_released', false,
-                                          'dlq', false),
-          'replayed', true);
+        replayed := true;
+        queue_name := v_src;
         RETURN;
       END IF;
     END IF;
@@ -191,7 +194,7 @@ BEGIN
        WHERE p.id = p_partition;
       v_retry_delay := qo.retry_delay;
       v_next := cur.next_seq;
-      v_released := true;
+      released := true;
       IF cur.retry_count >= qo.retry_limit THEN
         IF qo.dead_letter_queue AND qo.dlq_after_max_retries THEN
           INSERT INTO queen.dead_letters (queue_id, partition_id, consumer_group, seq, message_id,
@@ -202,7 +205,7 @@ BEGIN
            WHERE m.partition_id = p_partition AND m.seq >= cur.next_seq AND m.seq < cur.batch_end
            ORDER BY m.seq LIMIT 1
           RETURNING seq INTO v_dead;
-          v_dlq := v_dead IS NOT NULL;
+          dlq := v_dead IS NOT NULL;
         END IF;
         -- Past the first message still in the batch (a retention hole is skipped with it).
         v_next := coalesce(v_dead, (SELECT min(m.seq) FROM queen.messages m
@@ -221,10 +224,8 @@ BEGIN
         -- A copy of this cycle committed while we waited for the cursor
         -- (a resend racing the original): answer its success, apply nothing.
         IF v_seq < cur.next_seq THEN
-          RAISE EXCEPTION USING ERRCODE = 'QN200', MESSAGE = json_build_object('success', true,
-            'query_id', p_query, 'partition_id', p_partition, 'queueName', v_src, 'state_ops_applied', 0,
-            'push_results', '[]'::json, 'ack_result', json_build_object('success', true, 'count', 0,
-            'lease_released', false, 'dlq', false), 'replayed', true)::text;
+          RAISE EXCEPTION USING ERRCODE = 'QN203',
+            MESSAGE = jsonb_build_object('replayed', jsonb_build_object('queueName', v_src))::text;
         END IF;
       END IF;
       -- No message named: count offsets, not rows, so rows a retention
@@ -234,14 +235,14 @@ BEGIN
       END IF;
       v_next := coalesce(v_seq + 1, cur.next_seq);
     END IF;
-    v_released := v_released OR v_next >= cur.batch_end;
+    released := released OR v_next >= cur.batch_end;
     UPDATE queen.cursors SET next_seq = v_next,
-           lease_id = CASE WHEN v_released THEN NULL ELSE lease_id END,
-           lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
-           batch_end = CASE WHEN v_released THEN NULL ELSE batch_end END,
+           lease_id = CASE WHEN released THEN NULL ELSE lease_id END,
+           lease_expires_at = CASE WHEN released THEN NULL ELSE lease_expires_at END,
+           batch_end = CASE WHEN released THEN NULL ELSE batch_end END,
            retry_count = CASE WHEN v_exhausted THEN 0
                               WHEN a_status <> 'completed' THEN retry_count + 1
-                              WHEN v_released THEN 0 ELSE retry_count END,
+                              WHEN released THEN 0 ELSE retry_count END,
            retry_at = CASE WHEN a_status <> 'completed' AND NOT v_exhausted AND v_retry_delay > 0
                            THEN now() + make_interval(secs => v_retry_delay / 1000.0) ELSE retry_at END
      WHERE partition_id = p_partition AND consumer_group = p_group;
@@ -278,12 +279,9 @@ BEGIN
       SET value = EXCLUDED.value, sealed = EXCLUDED.sealed, updated_at = now();
   END IF;
 
-  IF v_released THEN
+  IF released THEN
     queued := array_append(coalesce(queued, '{}'), v_src);
   END IF;
-  result := json_build_object('success', true, 'query_id', p_query, 'partition_id', p_partition,
-    'queueName', v_src,
-    'state_ops_applied', coalesce(array_length(u_keys, 1), 0) + coalesce(array_length(d_keys, 1), 0),
-    'ack_result', CASE WHEN a_present THEN json_build_object('success', true, 'count', a_count,
-                    'lease_released', v_released, 'dlq', v_dlq) END);
+  queue_name := v_src;
+  state_ops := coalesce(array_length(u_keys, 1), 0) + coalesce(array_length(d_keys, 1), 0);
 END $$;

@@ -2,7 +2,7 @@
 
 use crate::push::{PushColumns, Pushed};
 use crate::streams::*;
-use crate::{Engine, EngineError, Json};
+use crate::{CycleRefusal, Engine, EngineError, Json};
 
 impl Engine {
     /// `POST /streams/v1/queries`.
@@ -102,7 +102,7 @@ impl Engine {
         let ack = c.ack.as_ref();
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../../sql/statements/stream_cycle.sql")).await?;
-        let row = client
+        let row = match client
             .query_one(
                 &stmt,
                 &[
@@ -127,15 +127,32 @@ impl Engine {
                     &push.subs(),
                 ],
             )
-            .await?;
+            .await
+        {
+            Ok(row) => row,
+            Err(EngineError::CycleRefused(CycleRefusal::Refused(error))) => return Err(refused(&error)),
+            // A copy committed while this one waited: it rolled back, and
+            // answers as the replay it is.
+            Err(EngineError::CycleRefused(CycleRefusal::Replayed { queue_name })) => {
+                let done =
+                    CycleDone { replayed: true, queue_name, state_ops: 0, released: false, dlq: false };
+                return cycle_answer(c, &done, None);
+            }
+            Err(e) => return Err(e),
+        };
         drop(client);
-        let result: Option<String> = row.try_get(0)?;
-        let queued: Option<Vec<String>> = row.try_get(1)?;
-        let ids: Option<Vec<Option<uuid::Uuid>>> = row.try_get(2)?;
+        let done = CycleDone {
+            replayed: row.try_get(0)?,
+            queue_name: row.try_get(1)?,
+            state_ops: row.try_get(2)?,
+            released: row.try_get(3)?,
+            dlq: row.try_get(4)?,
+        };
+        let queued: Option<Vec<String>> = row.try_get(5)?;
+        let ids: Option<Vec<Option<uuid::Uuid>>> = row.try_get(6)?;
         if let Some(queues) = queued.filter(|q| !q.is_empty()) {
             self.announce_pushes(queues);
         }
-        let result = result.ok_or_else(|| EngineError::Protocol("stream cycle answered NULL".into()))?;
         // No ids: the cycle pushed nothing (none to push, or a replay).
         let push_results = match ids {
             Some(ids) => {
@@ -144,39 +161,6 @@ impl Engine {
             }
             None => None,
         };
-        cycle_answer(&result, push_results.as_ref())
+        cycle_answer(c, &done, push_results.as_ref())
     }
-}
-
-/// A cycle's answer: what `queen.stream_cycle` answered, with its
-/// push_results written by the push's one writer (`PushColumns::answer`).
-/// `Cycled` names every field `stream_cycle` answers (streams.sql): a field
-/// added there must be added here, or the answer drops it.
-fn cycle_answer(result: &str, push_results: Option<&Json>) -> Result<Json, EngineError> {
-    use serde_json::value::RawValue;
-    #[derive(serde::Deserialize, serde::Serialize)]
-    struct Cycled<'a> {
-        success: bool,
-        #[serde(borrow)]
-        query_id: &'a RawValue,
-        #[serde(borrow)]
-        partition_id: &'a RawValue,
-        #[serde(rename = "queueName", borrow)]
-        queue_name: &'a RawValue,
-        state_ops_applied: i64,
-        #[serde(borrow, default)]
-        push_results: Option<&'a RawValue>,
-        #[serde(borrow)]
-        ack_result: Option<&'a RawValue>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        replayed: Option<bool>,
-    }
-    let protocol = |e: serde_json::Error| EngineError::Protocol(format!("stream cycle answer: {e}"));
-    let mut cycled: Cycled = serde_json::from_str(result).map_err(protocol)?;
-    let none: &RawValue = serde_json::from_str("[]").map_err(protocol)?;
-    cycled.push_results = match push_results {
-        Some(pushed) => Some(serde_json::from_str(&pushed.0).map_err(protocol)?),
-        None => Some(cycled.push_results.unwrap_or(none)),
-    };
-    serde_json::to_string(&cycled).map(Json).map_err(protocol)
 }
