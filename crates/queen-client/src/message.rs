@@ -296,46 +296,7 @@ pub struct LeaseRenewal {
     pub new_expires_at: Option<String>,
 }
 
-/// A dead letter.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct DeadLetter {
-    /// The record's id: what [`crate::Queen::dlq_replay`] takes. One per
-    /// (message, consumer group) that dead-lettered it.
-    #[serde(default)]
-    pub dlq_id: Option<i64>,
-    /// The message id.
-    #[serde(default)]
-    pub id: Option<String>,
-    /// The payload.
-    pub data: Box<RawValue>,
-    /// The nack's error text (or "Retries exhausted").
-    #[serde(default)]
-    pub error_message: Option<String>,
-    /// The transaction id.
-    pub transaction_id: String,
-    /// The partition id.
-    #[serde(default)]
-    pub partition_id: Option<String>,
-    /// The queue.
-    #[serde(default)]
-    pub queue: String,
-    /// The partition name.
-    #[serde(default)]
-    pub partition: Option<String>,
-    /// The consumer group that dead-lettered it.
-    #[serde(default)]
-    pub consumer_group: Option<String>,
-    /// Retries charged before it was dead-lettered.
-    #[serde(default)]
-    pub retry_count: i64,
-    /// When it was pushed.
-    #[serde(default)]
-    pub created_at: Option<String>,
-    /// When it was dead-lettered.
-    #[serde(default)]
-    pub failed_at: Option<String>,
-}
+pub use queen_wire::DeadLetter;
 
 /// What a dead-letter replay did.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -371,11 +332,4 @@ pub struct DlqReplay {
     pub message_id: Option<String>,
 }
 
-/// One page of the DLQ listing.
-#[derive(Debug, Clone, Deserialize)]
-pub struct DlqPage {
-    /// Dead letters, newest failure first.
-    pub messages: Vec<DeadLetter>,
-    /// How many match the filter in all.
-    pub total: u64,
-}
+pub use queen_wire::DlqPage;

@@ -2,11 +2,83 @@
 //! (claim, push as `dlq:<record id>`, remove) is `queen.dlq_replay`
 //! (sql/functions/dlq.sql), which the retry route runs too.
 
-pub use queen_wire::{DlqQuery, ReplayTarget};
+pub use queen_wire::{DeadLetter, DlqKeysetPage, DlqPage, DlqQuery, ReplayTarget};
 use serde_json::value::RawValue;
 
+use crate::db::Pool;
 use crate::wire::{self, Kind};
 use crate::EngineError;
+
+/// A page of dead letters as a listing statement answers it
+/// (`statements/dlq_list.sql`, `dlq_page.sql`): the total on every row, one
+/// row per dead letter (a row of NULLs when the page is empty) and where
+/// the next keyset page starts.
+struct DeadLetterRows {
+    total: u64,
+    messages: Vec<DeadLetter>,
+    next_before: Option<i64>,
+}
+
+impl DeadLetterRows {
+    fn read(rows: &[tokio_postgres::Row]) -> Result<Self, EngineError> {
+        let first =
+            rows.first().ok_or_else(|| EngineError::Protocol("a DLQ listing answered no row".into()))?;
+        let total: i64 = first.try_get(0)?;
+        let next_before: Option<i64> = first.try_get(15)?;
+        let mut messages = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(dlq_id) = row.try_get::<_, Option<i64>>(1)? else { continue };
+            let payload: Option<String> = row.try_get(3)?;
+            let data = RawValue::from_string(payload.unwrap_or_else(|| "null".to_owned()))
+                .map_err(|e| EngineError::Protocol(format!("a dead letter's payload: {e}")))?;
+            messages.push(DeadLetter {
+                dlq_id: Some(dlq_id),
+                id: row.try_get::<_, Option<uuid::Uuid>>(2)?.map(|u| u.to_string()),
+                data,
+                error_message: row.try_get(4)?,
+                transaction_id: row.try_get(5)?,
+                trace_id: row.try_get(6)?,
+                partition_id: row.try_get::<_, Option<uuid::Uuid>>(7)?.map(|u| u.to_string()),
+                producer_sub: row.try_get(8)?,
+                queue: row.try_get(9)?,
+                partition: row.try_get(10)?,
+                consumer_group: row.try_get(11)?,
+                retry_count: row.try_get::<_, i32>(12)?.into(),
+                created_at: row.try_get(13)?,
+                failed_at: row.try_get(14)?,
+            });
+        }
+        let total = u64::try_from(total).map_err(|e| EngineError::Protocol(e.to_string()))?;
+        Ok(DeadLetterRows { total, messages, next_before })
+    }
+}
+
+/// `GET /api/v1/dlq`: one page of the filter, newest failures first.
+pub(crate) async fn list(pool: &Pool, q: &DlqQuery) -> Result<DlqPage, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/dlq_list.sql")).await?;
+    let rows = client
+        .query(&stmt, &[&q.queue, &q.consumer_group, &q.partition, &q.from, &q.to, &q.limit, &q.offset])
+        .await?;
+    drop(client);
+    let r = DeadLetterRows::read(&rows)?;
+    Ok(DlqPage { messages: r.messages, total: r.total })
+}
+
+/// The dashboard's dead letters: a keyset page before `before`, newest first.
+pub(crate) async fn keyset_page(
+    pool: &Pool,
+    queue: Option<&str>,
+    before: Option<i64>,
+    limit: i32,
+) -> Result<DlqKeysetPage, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/dlq_page.sql")).await?;
+    let rows = client.query(&stmt, &[&queue, &before, &limit]).await?;
+    drop(client);
+    let r = DeadLetterRows::read(&rows)?;
+    Ok(DlqKeysetPage { messages: r.messages, next_before: r.next_before, total: r.total })
+}
 
 /// Names longer than this are refused, as a push refuses them.
 const MAX_NAME_CHARS: usize = 255;

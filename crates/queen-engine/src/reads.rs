@@ -4,8 +4,7 @@
 //! offsets cost the push path nothing. Reads take no lease and move no
 //! cursor. The call is checked here; `sql/functions/reads.sql` reads.
 
-pub use queen_wire::{FetchEntry, Fetched, FetchedRecord};
-use serde::Deserialize;
+pub use queen_wire::{FetchAnswer, FetchEntry, Fetched, FetchedRecord};
 use serde_json::value::RawValue;
 use uuid::Uuid;
 
@@ -160,9 +159,68 @@ fn starts_with_a_date(s: &str) -> bool {
             .all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
 }
 
-#[derive(Deserialize)]
-pub(crate) struct FetchAnswer {
-    pub(crate) entries: Vec<Fetched>,
+/// What `queen.fetch` answers: per entry its error, high watermark, log
+/// start and record count; per record, entry after entry, its columns.
+pub(crate) struct FetchColumns {
+    errors: Vec<Option<String>>,
+    high_watermarks: Vec<i64>,
+    log_starts: Vec<i64>,
+    record_counts: Vec<i32>,
+    offsets: Vec<i64>,
+    transaction_ids: Vec<String>,
+    payloads: Vec<String>,
+    times: Vec<String>,
+}
+
+impl FetchColumns {
+    pub(crate) fn read(row: &tokio_postgres::Row) -> Result<Self, EngineError> {
+        Ok(FetchColumns {
+            errors: row.try_get(0)?,
+            high_watermarks: row.try_get(1)?,
+            log_starts: row.try_get(2)?,
+            record_counts: row.try_get(3)?,
+            offsets: row.try_get(4)?,
+            transaction_ids: row.try_get(5)?,
+            payloads: row.try_get(6)?,
+            times: row.try_get(7)?,
+        })
+    }
+
+    /// Each entry's answer; `open` opens a payload sealed at rest.
+    pub(crate) fn entries(
+        self,
+        open: impl Fn(String) -> Result<String, EngineError>,
+    ) -> Result<Vec<Fetched>, EngineError> {
+        let n = self.errors.len();
+        let records = self.offsets.len();
+        if self.high_watermarks.len() != n
+            || self.log_starts.len() != n
+            || self.record_counts.len() != n
+            || self.transaction_ids.len() != records
+            || self.payloads.len() != records
+            || self.times.len() != records
+        {
+            return Err(EngineError::Protocol("a fetch answered unequal columns".into()));
+        }
+        let mut rows = self.offsets.into_iter().zip(self.transaction_ids).zip(self.payloads).zip(self.times);
+        let mut out = Vec::with_capacity(n);
+        for (((error, high_watermark), log_start_offset), count) in
+            self.errors.into_iter().zip(self.high_watermarks).zip(self.log_starts).zip(self.record_counts)
+        {
+            let count = usize::try_from(count).map_err(|e| EngineError::Protocol(e.to_string()))?;
+            let mut entry_records = Vec::with_capacity(count);
+            for (((offset, transaction_id), payload), ts) in rows.by_ref().take(count) {
+                let payload = RawValue::from_string(open(payload)?)
+                    .map_err(|e| EngineError::Protocol(format!("a fetched payload: {e}")))?;
+                entry_records.push(FetchedRecord { offset, transaction_id, payload, ts });
+            }
+            if entry_records.len() != count {
+                return Err(EngineError::Protocol("a fetch answered fewer records than it counted".into()));
+            }
+            out.push(Fetched { error, high_watermark, log_start_offset, records: entry_records });
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -16,14 +16,14 @@ pub mod reads;
 pub mod timers;
 
 pub use ack::{AckRefused, AckResult, AckVerdict, PushRefused, TxRefusal};
-pub use dlq::{DlqQuery, ReplayTarget};
+pub use dlq::{DeadLetter, DlqKeysetPage, DlqPage, DlqQuery, ReplayTarget};
 pub use ephemeral::EphemeralPop;
 pub use kv::{
     ops_to_wire, Expect, Expiry, Invalid, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost,
 };
 pub use locks::{LockHolder, LockOp, LockResult};
 pub use pop::PopRequest;
-pub use reads::{FetchEntry, Fetched, FetchedRecord};
+pub use reads::{FetchAnswer, FetchEntry, Fetched, FetchedRecord};
 pub use timers::TimerResult;
 
 /// The consumer group name of queue mode: one more cursor per partition.

@@ -1,6 +1,6 @@
 //! Reads by offset.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 /// One partition to read from `offset` on.
@@ -17,7 +17,7 @@ pub struct FetchEntry {
 }
 
 /// One record read by offset.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FetchedRecord {
     /// Its offset in the partition.
@@ -30,16 +30,25 @@ pub struct FetchedRecord {
     pub ts: String,
 }
 
-/// What one fetch entry read.
-#[derive(Debug, Clone, Deserialize)]
+/// What one fetch entry read, as the engine writes it (`error` only when
+/// set, first) and the SDK reads it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Fetched {
+    /// `OFFSET_OUT_OF_RANGE` or `UNKNOWN_TOPIC_OR_PARTITION`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// The next offset the partition will assign.
     pub high_watermark: i64,
     /// The oldest offset still kept.
     pub log_start_offset: i64,
     /// Records from the asked offset on, in offset order.
     pub records: Vec<FetchedRecord>,
-    /// `OFFSET_OUT_OF_RANGE` or `UNKNOWN_TOPIC_OR_PARTITION`.
-    pub error: Option<String>,
+}
+
+/// A fetch call's answer: one entry per entry asked, in order.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct FetchAnswer {
+    /// What each entry read.
+    pub entries: Vec<Fetched>,
 }

@@ -203,3 +203,65 @@ async fn dlq_listing_pages_and_filters() {
         assert!(body["error"].is_string());
     }
 }
+
+/// The engine writes each dead letter from one read of its fields
+/// (`queen.dead_letter_rows`): the listing and the dashboard's keyset page
+/// answer the same element, every field present, null or not; a page past
+/// the end is empty and still counts the filter.
+#[tokio::test]
+async fn a_dead_letter_is_one_element_in_the_listing_and_the_dashboards_page() {
+    let b = TestBroker::start().await;
+    b.configure_ok("one", json!({"retryLimit": 0})).await;
+    b.push("one", "p", &[("only", json!({"n": 1})), ("second", json!(2))]).await;
+    let popped = b.pop_some("one", "batch=2").await;
+    let first = &popped["messages"][0];
+    b.ack_with(first, "dlq", Some("bad"), None).await;
+    let listed = b.dlq("one").await;
+    assert_eq!(listed["total"], 1, "{listed}");
+    let element = &listed["messages"][0];
+    let mut keys: Vec<&String> = element.as_object().unwrap().keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "consumerGroup",
+            "createdAt",
+            "data",
+            "dlqId",
+            "errorMessage",
+            "failedAt",
+            "id",
+            "partition",
+            "partitionId",
+            "producerSub",
+            "queue",
+            "retryCount",
+            "traceId",
+            "transactionId"
+        ]
+    );
+    assert_eq!(
+        [&element["data"], &element["errorMessage"], &element["transactionId"], &element["queue"]],
+        [&json!({"n": 1}), &json!("bad"), &json!("only"), &json!("one")]
+    );
+    assert_eq!([&element["id"], &element["partitionId"]], [&first["id"], &first["partitionId"]]);
+    assert_eq!(
+        [&element["partition"], &element["consumerGroup"], &element["retryCount"]],
+        [&json!("p"), &json!("__QUEUE_MODE__"), &json!(0)]
+    );
+    assert_eq!([&element["traceId"], &element["producerSub"]], [&Value::Null, &Value::Null]);
+    assert!(element["dlqId"].is_i64() && element["createdAt"].is_string() && element["failedAt"].is_string());
+
+    let page: Value =
+        serde_json::from_str(&b.engine.dlq_page(Some("one"), None, 10).await.unwrap().0).unwrap();
+    assert_eq!(page, json!({"messages": [element], "nextBefore": null, "total": 1}));
+    let full: Value =
+        serde_json::from_str(&b.engine.dlq_page(Some("one"), None, 1).await.unwrap().0).unwrap();
+    assert_eq!(full["nextBefore"], element["dlqId"], "a full page names where the next one starts");
+    let after: Value =
+        serde_json::from_str(&b.engine.dlq_page(Some("one"), element["dlqId"].as_i64(), 10).await.unwrap().0)
+            .unwrap();
+    assert_eq!(after, json!({"messages": [], "nextBefore": null, "total": 1}));
+    let (_, past) = b.get("/api/v1/dlq?queue=one&limit=10&offset=5").await;
+    assert_eq!(past, json!({"messages": [], "total": 1}));
+}

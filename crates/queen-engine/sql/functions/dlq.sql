@@ -1,15 +1,32 @@
 -- Dead letters: listing, the dashboard's page, replay and purge (dlq.rs, engine/dlq.rs).
 
--- GET /api/v1/dlq. Newest failures first.
+-- The dead letters p_ids, in that order (ord from 1), as the engine writes
+-- them (queen_wire::DeadLetter): the one place a dead letter's fields are
+-- read. A set-returning SQL function of one SELECT, inlined into its
+-- caller's statement.
+CREATE OR REPLACE FUNCTION queen.dead_letter_rows(p_ids bigint[])
+RETURNS TABLE (ord bigint, dlq_id bigint, message_id uuid, payload text, error_message text,
+               transaction_id text, trace_id text, partition_id uuid, producer_sub text, queue text,
+               partition text, consumer_group text, retry_count integer, created_at text, failed_at text)
+LANGUAGE sql STABLE AS $$
+  SELECT u.ord, d.id, d.message_id, d.payload::text, d.error_message, d.transaction_id, d.trace_id,
+         d.partition_id, d.producer_sub, q.name, p.name, d.consumer_group, d.retry_count,
+         queen.iso(d.created_at), queen.iso(d.failed_at)
+    FROM unnest(p_ids) WITH ORDINALITY u(id, ord)
+    JOIN queen.dead_letters d ON d.id = u.id
+    JOIN queen.queues q ON q.id = d.queue_id
+    LEFT JOIN queen.partitions p ON p.id = d.partition_id
+$$;
+
+-- GET /api/v1/dlq: how many dead letters match, and the ids of one page of
+-- them, newest failures first (queen.dead_letter_rows reads them).
 CREATE OR REPLACE FUNCTION queen.dlq_list(
-  p_queue text, p_group text, p_partition text, p_from text, p_to text, p_limit integer, p_offset integer)
-RETURNS json
+  p_queue text, p_group text, p_partition text, p_from text, p_to text, p_limit integer, p_offset integer,
+  OUT total bigint, OUT ids bigint[])
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
   v_from timestamptz;
   v_to timestamptz;
-  v_total bigint;
-  v_rows json;
 BEGIN
   IF p_limit IS NULL OR p_limit < 1 OR p_limit > 10000 THEN
     PERFORM queen.bad_request('limit', 'must be an integer from 1 to 10000');
@@ -25,7 +42,7 @@ BEGIN
   END;
 
   WITH matching AS (
-    SELECT d.*, q.name AS qname, p.name AS pname
+    SELECT d.id, d.failed_at
       FROM queen.dead_letters d
       JOIN queen.queues q ON q.id = d.queue_id
       LEFT JOIN queen.partitions p ON p.id = d.partition_id
@@ -36,37 +53,25 @@ BEGIN
        AND (v_to IS NULL OR d.failed_at <= v_to)
   )
   SELECT (SELECT count(*) FROM matching),
-         (SELECT json_agg(json_build_object(
-            'dlqId', m.id, 'id', m.message_id, 'data', m.payload, 'errorMessage', m.error_message,
-            'transactionId', m.transaction_id, 'traceId', m.trace_id, 'partitionId', m.partition_id,
-            'producerSub', m.producer_sub, 'queue', m.qname, 'partition', m.pname, 'consumerGroup', m.consumer_group,
-            'retryCount', m.retry_count, 'createdAt', queen.iso(m.created_at),
-            'failedAt', queen.iso(m.failed_at)) ORDER BY m.failed_at DESC, m.id DESC)
-            FROM (SELECT * FROM matching ORDER BY failed_at DESC, id DESC LIMIT p_limit OFFSET p_offset) m)
-    INTO v_total, v_rows;
-  RETURN json_build_object('messages', coalesce(v_rows, '[]'::json), 'total', v_total);
+         coalesce((SELECT array_agg(m.id ORDER BY m.failed_at DESC, m.id DESC)
+                     FROM (SELECT * FROM matching ORDER BY failed_at DESC, id DESC
+                            LIMIT p_limit OFFSET p_offset) m), '{}')
+    INTO total, ids;
 END $$;
 
--- The dashboard's dead letters: newest first by id (the primary key), a
--- keyset page before `p_before` (`nextBefore` continues, null on the last),
--- with dlq_list's fields and the total of the filter.
-CREATE OR REPLACE FUNCTION queen.dlq_page(p_queue text, p_before bigint, p_limit integer) RETURNS json
+-- The dashboard's dead letters: newest first by id (the primary key), the
+-- ids of a keyset page before `p_before` (`next_before` continues, null on
+-- the last), and the total of the filter.
+CREATE OR REPLACE FUNCTION queen.dlq_page(p_queue text, p_before bigint, p_limit integer,
+                                          OUT total bigint, OUT ids bigint[], OUT next_before bigint)
 LANGUAGE sql STABLE AS $$
-  SELECT json_build_object(
-           'messages', coalesce(json_agg(json_build_object(
-             'dlqId', d.id, 'id', d.message_id, 'data', d.payload, 'errorMessage', d.error_message,
-             'transactionId', d.transaction_id, 'traceId', d.trace_id, 'partitionId', d.partition_id,
-             'producerSub', d.producer_sub, 'queue', d.qname, 'partition', d.pname,
-             'consumerGroup', d.consumer_group, 'retryCount', d.retry_count,
-             'createdAt', queen.iso(d.created_at), 'failedAt', queen.iso(d.failed_at)) ORDER BY d.id DESC),
-             '[]'::json),
-           'nextBefore', CASE WHEN count(*) >= p_limit THEN min(d.id) END,
-           'total', (SELECT count(*) FROM queen.dead_letters x JOIN queen.queues xq ON xq.id = x.queue_id
-                      WHERE p_queue IS NULL OR xq.name = p_queue))
-    FROM (SELECT dl.*, q.name AS qname, p.name AS pname
+  SELECT (SELECT count(*) FROM queen.dead_letters x JOIN queen.queues xq ON xq.id = x.queue_id
+           WHERE p_queue IS NULL OR xq.name = p_queue),
+         coalesce(array_agg(d.id ORDER BY d.id DESC), '{}'),
+         CASE WHEN count(*) >= p_limit THEN min(d.id) END
+    FROM (SELECT dl.id
             FROM queen.dead_letters dl
             JOIN queen.queues q ON q.id = dl.queue_id
-            LEFT JOIN queen.partitions p ON p.id = dl.partition_id
            WHERE (p_queue IS NULL OR q.name = p_queue) AND (p_before IS NULL OR dl.id < p_before)
            ORDER BY dl.id DESC LIMIT p_limit) d
 $$;

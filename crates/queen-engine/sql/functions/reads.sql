@@ -6,11 +6,15 @@
 -- One fetch call: entries answered in request order. Records of an entry
 -- stop at its byte budget and at the call's, but an entry that starts
 -- within the call's budget always gets at least one record, so a record
--- larger than the budget is still readable.
+-- larger than the budget is still readable. Answers typed columns, and the
+-- engine writes the answer (reads.rs): per entry its error (NULL when it
+-- read), high watermark, log start and record count; per record, entry
+-- after entry, its offset, transaction id, payload text and time.
 CREATE OR REPLACE FUNCTION queen.fetch(
   p_queues text[], p_partitions text[], p_offsets bigint[], p_max_bytes bigint[],
-  p_call_max_bytes bigint, p_max_records integer)
-RETURNS text
+  p_call_max_bytes bigint, p_max_records integer,
+  OUT errors text[], OUT high_watermarks bigint[], OUT log_starts bigint[], OUT record_counts integer[],
+  OUT offsets bigint[], OUT transaction_ids text[], OUT payloads text[], OUT times text[])
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
   i integer;
@@ -18,29 +22,41 @@ DECLARE
   v_start bigint;
   v_left bigint := p_call_max_bytes;
   v_entry_left bigint;
-  -- Built as text: payloads are json and keep their exact text.
-  v_records text[];
-  v_entries text[] := '{}';
+  v_count integer;
   r record;
 BEGIN
+  errors := '{}';
+  high_watermarks := '{}';
+  log_starts := '{}';
+  record_counts := '{}';
+  offsets := '{}';
+  transaction_ids := '{}';
+  payloads := '{}';
+  times := '{}';
   FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
     SELECT p.id, p.next_seq INTO v_part
       FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
      WHERE q.name = p_queues[i] AND p.name = p_partitions[i];
     IF NOT FOUND THEN
-      v_entries := v_entries || '{"error":"UNKNOWN_TOPIC_OR_PARTITION","highWatermark":0,"logStartOffset":0,"records":[]}'::text;
+      errors := errors || 'UNKNOWN_TOPIC_OR_PARTITION'::text;
+      high_watermarks := high_watermarks || 0::bigint;
+      log_starts := log_starts || 0::bigint;
+      record_counts := record_counts || 0;
       CONTINUE;
     END IF;
     -- Offsets below next_seq are committed (the push that drew them moved
     -- next_seq in its own transaction), so nothing at or past it is read.
     SELECT coalesce(min(m.seq), v_part.next_seq) INTO v_start
       FROM queen.messages m WHERE m.partition_id = v_part.id AND m.seq < v_part.next_seq;
+    high_watermarks := high_watermarks || v_part.next_seq;
+    log_starts := log_starts || v_start;
     IF p_offsets[i] < v_start OR p_offsets[i] > v_part.next_seq THEN
-      v_entries := v_entries || json_build_object('error', 'OFFSET_OUT_OF_RANGE',
-        'highWatermark', v_part.next_seq, 'logStartOffset', v_start, 'records', '[]'::json)::text;
+      errors := errors || 'OFFSET_OUT_OF_RANGE'::text;
+      record_counts := record_counts || 0;
       CONTINUE;
     END IF;
-    v_records := '{}';
+    errors := errors || NULL::text;
+    v_count := 0;
     v_entry_left := p_max_bytes[i];
     IF v_left > 0 THEN
       FOR r IN
@@ -51,17 +67,18 @@ BEGIN
          ORDER BY m.seq
          LIMIT p_max_records
       LOOP
-        EXIT WHEN cardinality(v_records) > 0 AND (r.size > v_entry_left OR r.size > v_left);
-        v_records := v_records || json_build_object('offset', r.seq, 'transactionId', r.transaction_id,
-          'payload', r.payload, 'ts', queen.iso(r.created_at))::text;
+        EXIT WHEN v_count > 0 AND (r.size > v_entry_left OR r.size > v_left);
+        offsets := offsets || r.seq;
+        transaction_ids := transaction_ids || r.transaction_id;
+        payloads := payloads || coalesce(r.payload::text, 'null');
+        times := times || queen.iso(r.created_at);
+        v_count := v_count + 1;
         v_entry_left := v_entry_left - r.size;
         v_left := v_left - r.size;
       END LOOP;
     END IF;
-    v_entries := v_entries || format('{"highWatermark":%s,"logStartOffset":%s,"records":[%s]}',
-      v_part.next_seq, v_start, array_to_string(v_records, ','));
+    record_counts := record_counts || v_count;
   END LOOP;
-  RETURN '{"entries":[' || array_to_string(v_entries, ',') || ']}';
 END $$;
 
 -- A time every write is counted by: no transaction that has written and

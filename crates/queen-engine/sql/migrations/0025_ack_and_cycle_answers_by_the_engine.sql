@@ -17,3 +17,9 @@ DROP FUNCTION IF EXISTS queen.tx_record(text, uuid[], jsonb, jsonb, jsonb);
 -- and late replays raise their facts (SQLSTATE QN203).
 DROP FUNCTION IF EXISTS queen.stream_cycle(uuid, uuid, text, text[], text[], text[], text[], text[], text[],
   text[], text[], text[], boolean, text, text, text, integer, boolean, text[]);
+-- The dead-letter listings answer ids and totals; the engine writes each
+-- dead letter from queen.dead_letter_rows.
+DROP FUNCTION IF EXISTS queen.dlq_list(text, text, text, text, text, integer, integer);
+DROP FUNCTION IF EXISTS queen.dlq_page(text, bigint, integer);
+-- A fetch answers typed columns; the engine writes its answer.
+DROP FUNCTION IF EXISTS queen.fetch(text[], text[], bigint[], bigint[], bigint, integer);

@@ -186,7 +186,8 @@ impl Engine {
         before: Option<i64>,
         limit: i32,
     ) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.dlq_page($1, $2, $3)::text", &[&queue, &before, &limit]).await
+        let page = crate::dlq::keyset_page(self.pool(), queue, before, limit).await?;
+        self.answer_opened(&page)
     }
 
     /// Removes a dead letter from the DLQ without redelivering it (404 when missing).

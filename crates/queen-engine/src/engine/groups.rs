@@ -5,13 +5,10 @@ use crate::dlq::DlqQuery;
 use crate::{Engine, EngineError, Json};
 
 impl Engine {
-    /// Lists dead letters.
+    /// Lists dead letters (payloads sealed at rest opened).
     pub async fn dlq(&self, q: &DlqQuery) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.dlq_list($1, $2, $3, $4, $5, $6, $7)::text",
-            &[&q.queue, &q.consumer_group, &q.partition, &q.from, &q.to, &q.limit, &q.offset],
-        )
-        .await
+        let page = crate::dlq::list(self.pool(), q).await?;
+        self.answer_opened(&page)
     }
 
     /// Deletes a group's cursors (on one queue or all), optionally its registration.

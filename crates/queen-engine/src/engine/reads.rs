@@ -9,7 +9,8 @@ impl Engine {
     /// A fetch call given as wire JSON.
     pub async fn fetch(&self, body: &str) -> Result<Json, EngineError> {
         let (entries, call_max) = decode_fetch(body)?;
-        self.run_fetch(&entries, call_max).await
+        let answer = FetchAnswer { entries: self.run_fetch(&entries, call_max).await? };
+        serde_json::to_string(&answer).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
     }
 
     /// Typed fetch: one answer per entry, in order.
@@ -30,12 +31,15 @@ impl Engine {
                 return Err(bad_request(&format!("{f}.offset"), "must be an integer >= 0"));
             }
         }
-        let json = self.run_fetch(entries, max_bytes).await?;
-        let a: FetchAnswer = json.decode().map_err(|e| EngineError::Protocol(e.to_string()))?;
-        Ok(a.entries)
+        self.run_fetch(entries, max_bytes).await
     }
 
-    async fn run_fetch(&self, entries: &[FetchEntry], call_max: Option<i64>) -> Result<Json, EngineError> {
+    /// One `queen.fetch` call; payloads sealed at rest are opened.
+    async fn run_fetch(
+        &self,
+        entries: &[FetchEntry],
+        call_max: Option<i64>,
+    ) -> Result<Vec<Fetched>, EngineError> {
         let queues: Vec<&str> = entries.iter().map(|e| e.queue.as_str()).collect();
         let partitions: Vec<&str> = entries.iter().map(|e| e.partition.as_str()).collect();
         let offsets: Vec<i64> = entries.iter().map(|e| e.offset).collect();
@@ -48,7 +52,8 @@ impl Engine {
             .query_one(&stmt, &[&queues, &partitions, &offsets, &budgets, &call_max, &MAX_RECORDS])
             .await?;
         drop(client);
-        Ok(Json(self.open_sealed(row.try_get(0)?)?))
+        let columns = FetchColumns::read(&row)?;
+        columns.entries(|payload| self.open_sealed(payload))
     }
 
     /// A partitions/changed call given as wire JSON.

@@ -11,6 +11,12 @@ impl Engine {
         open_all(self.encryption_key(), text)
     }
 
+    /// `answer` written as JSON, its payloads sealed at rest opened.
+    pub(crate) fn answer_opened(&self, answer: &impl serde::Serialize) -> Result<crate::Json, EngineError> {
+        let text = serde_json::to_string(answer).map_err(|e| EngineError::Protocol(e.to_string()))?;
+        self.open_sealed(text).map(crate::Json)
+    }
+
     /// Seals the payloads of items bound for queues believed encrypted.
     /// Borrowed as is when no queue is (the common case).
     pub(crate) fn seal_items<'a>(
