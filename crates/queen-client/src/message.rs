@@ -282,19 +282,7 @@ pub struct PushResult {
     pub error: Option<String>,
 }
 
-/// The result of a lease extension.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaseRenewal {
-    /// Whether any partition was renewed.
-    pub success: bool,
-    /// How many partitions the lease covers.
-    #[serde(default)]
-    pub renewed: u32,
-    /// The new expiry; `None` when the lease is gone.
-    #[serde(default)]
-    pub new_expires_at: Option<String>,
-}
+pub use queen_wire::LeaseRenewal;
 
 pub use queen_wire::DeadLetter;
 

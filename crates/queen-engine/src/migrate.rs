@@ -120,6 +120,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0025_ack_and_cycle_answers_by_the_engine.sql",
         sql: include_str!("../sql/migrations/0025_ack_and_cycle_answers_by_the_engine.sql"),
     },
+    Migration {
+        version: 26,
+        name: "0026_lease_renewal_by_the_engine.sql",
+        sql: include_str!("../sql/migrations/0026_lease_renewal_by_the_engine.sql"),
+    },
 ];
 
 /// The SQL functions, one file per engine module that calls them (named

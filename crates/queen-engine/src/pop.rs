@@ -10,7 +10,7 @@ use crate::db::Pool;
 use crate::groups::{SubscriptionMode, QUEUE_MODE, STREAMS_GROUP_PREFIX};
 use crate::notifier;
 use crate::EngineError;
-pub use queen_wire::PopRequest;
+pub use queen_wire::{LeaseRenewal, PopRequest};
 
 /// A pop with the broker's default start filled in, when it names a
 /// consumer group but neither a mode nor a start: the start of a group is
@@ -130,6 +130,22 @@ async fn pop_one(
         )
         .await?;
     Ok(row.try_get(0)?)
+}
+
+/// Extends every lane leased under `lease_id` by `seconds` from now.
+pub(crate) async fn extend_lease(
+    pool: &Pool,
+    lease_id: &str,
+    seconds: i32,
+) -> Result<LeaseRenewal, EngineError> {
+    let client = pool.get().await?;
+    let stmt =
+        client.prepare_cached("SELECT e.renewed, e.expires_at FROM queen.extend_lease($1, $2) e").await?;
+    let row = client.query_one(&stmt, &[&lease_id, &seconds]).await?;
+    let renewed: i32 = row.try_get(0)?;
+    let expires_at: Option<String> = row.try_get(1)?;
+    let renewed = u32::try_from(renewed).map_err(|e| EngineError::Protocol(e.to_string()))?;
+    Ok(LeaseRenewal::new(lease_id, renewed, expires_at))
 }
 
 /// Several requests' pops in one statement: one answer per request.

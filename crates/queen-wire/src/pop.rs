@@ -34,3 +34,42 @@ impl PopRequest {
         self.queue.is_empty()
     }
 }
+
+/// The answer to a lease extension, as the engine writes it and the SDK
+/// reads it: the expiry under three names (2.x clients read `newExpiresAt`,
+/// 1.x ones `expiresAt` or `lease_expires_at`), null when nothing was
+/// renewed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+pub struct LeaseRenewal {
+    /// The lease id, as sent.
+    #[serde(rename = "leaseId", default)]
+    pub lease_id: String,
+    /// Whether any partition was renewed.
+    pub success: bool,
+    /// How many partitions the lease covers.
+    #[serde(default)]
+    pub renewed: u32,
+    /// The new expiry; `None` when the lease is gone.
+    #[serde(rename = "newExpiresAt", default)]
+    pub new_expires_at: Option<String>,
+    /// The same expiry, as 1.x clients name it.
+    #[serde(rename = "expiresAt", default)]
+    pub expires_at: Option<String>,
+    /// The same expiry, as 1.x clients name it.
+    #[serde(default)]
+    pub lease_expires_at: Option<String>,
+}
+
+impl LeaseRenewal {
+    /// The answer for `lease_id`: `renewed` lanes now leased until `expires_at`.
+    pub fn new(lease_id: &str, renewed: u32, expires_at: Option<String>) -> Self {
+        LeaseRenewal {
+            lease_id: lease_id.to_owned(),
+            success: renewed > 0,
+            renewed,
+            new_expires_at: expires_at.clone(),
+            expires_at: expires_at.clone(),
+            lease_expires_at: expires_at,
+        }
+    }
+}

@@ -166,6 +166,12 @@ async fn extend_of_an_unknown_lease_renews_nothing_with_null_expiries() {
         let (code, body) = b.post_empty(&format!("/api/v1/lease/{lease}/extend")).await;
         assert_eq!(code, 200, "{body}");
         assert_not_renewed(&body);
+        assert_eq!(
+            body,
+            json!({"leaseId": lease, "success": false, "renewed": 0, "newExpiresAt": null, "expiresAt": null,
+                   "lease_expires_at": null}),
+            "the whole answer"
+        );
     }
 }
 

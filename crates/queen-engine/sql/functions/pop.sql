@@ -398,8 +398,11 @@ BEGIN
 END $$;
 
 -- POST /api/v1/lease/:leaseId/extend. Always an answer, never an error:
--- a lease that is gone renews nothing and reports null expiries.
-CREATE OR REPLACE FUNCTION queen.extend_lease(p_lease text, p_seconds integer) RETURNS json
+-- a lease that is gone renews nothing and reports a null expiry. Answers
+-- how many lanes it renewed and until when; the engine writes the answer
+-- (queen_wire::LeaseRenewal).
+CREATE OR REPLACE FUNCTION queen.extend_lease(p_lease text, p_seconds integer,
+                                              OUT renewed integer, OUT expires_at text)
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_lease uuid;
@@ -415,16 +418,15 @@ BEGIN
     v_qid := queen.lease_queue_id(v_lease);
   END IF;
   IF v_lease IS NOT NULL THEN
-    WITH renewed AS (
-      UPDATE queen.cursors SET lease_expires_at = now() + make_interval(secs => p_seconds)
-       WHERE queue_id = v_qid AND lease_id = v_lease AND lease_expires_at > now()
-      RETURNING lease_expires_at
+    WITH lanes AS (
+      UPDATE queen.cursors c SET lease_expires_at = now() + make_interval(secs => p_seconds)
+       WHERE c.queue_id = v_qid AND c.lease_id = v_lease AND c.lease_expires_at > now()
+      RETURNING c.lease_expires_at
     )
-    SELECT count(*), max(lease_expires_at) INTO v_count, v_expires FROM renewed;
+    SELECT count(*), max(l.lease_expires_at) INTO v_count, v_expires FROM lanes l;
   END IF;
-  RETURN json_build_object('leaseId', p_lease, 'success', v_count > 0, 'renewed', v_count,
-    'newExpiresAt', queen.iso(v_expires), 'expiresAt', queen.iso(v_expires),
-    'lease_expires_at', queen.iso(v_expires));
+  renewed := v_count;
+  expires_at := queen.iso(v_expires);
 END $$;
 
 -- The common batch of pops in one pass (queen.pop_requests): every member

@@ -77,6 +77,7 @@ impl Engine {
 
     /// Extends every partition lease held under `lease_id`.
     pub async fn extend_lease(&self, lease_id: &str, seconds: i32) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.extend_lease($1, $2)::text", &[&lease_id, &seconds]).await
+        let renewal = crate::pop::extend_lease(self.pool(), lease_id, seconds).await?;
+        serde_json::to_string(&renewal).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
     }
 }
