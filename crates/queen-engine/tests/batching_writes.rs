@@ -27,18 +27,23 @@ fn engine_with_slots(b: &TestEngine, slots: usize) -> Arc<Engine> {
     Arc::new(Engine::connect(&db_config(&b.db), options).expect("engine"))
 }
 
+/// One KV call of one op: its result element.
+fn kv_one(
+    engine: &Arc<Engine>,
+    body: Value,
+) -> impl Future<Output = Result<Value, EngineError>> + Send + 'static {
+    let engine = engine.clone();
+    async move {
+        engine
+            .kv(&body.to_string())
+            .await
+            .map(|j| serde_json::from_str::<Value>(&j.0).expect("json")["results"][0].clone())
+    }
+}
+
 /// Runs every body as a KV call of its own, all released at once.
 async fn kv_all(engine: &Arc<Engine>, bodies: Vec<Value>) -> Vec<Result<Value, EngineError>> {
-    all_at_once(bodies, |body| {
-        let engine = engine.clone();
-        async move {
-            engine
-                .kv(&body.to_string())
-                .await
-                .map(|j| serde_json::from_str::<Value>(&j.0).expect("json")["results"][0].clone())
-        }
-    })
-    .await
+    all_at_once(bodies, |body| kv_one(engine, body)).await
 }
 
 /// Runs `gate` while `table` is held share-locked by another session, so
@@ -252,16 +257,7 @@ async fn a_write_batch_that_fails_as_a_whole_fails_only_its_poison_member() {
                 .await
         }
     };
-    let results = behind_a_held_table(&b, "queen.kv", gate, bodies, |body: Value| {
-        let engine = engine.clone();
-        async move {
-            engine
-                .kv(&body.to_string())
-                .await
-                .map(|j| serde_json::from_str::<Value>(&j.0).expect("json")["results"][0].clone())
-        }
-    })
-    .await;
+    let results = behind_a_held_table(&b, "queen.kv", gate, bodies, |body| kv_one(&engine, body)).await;
     for (i, r) in results.iter().enumerate() {
         if i == 17 {
             assert!(matches!(r, Err(EngineError::Database(_))), "the poison member fails: {r:?}");
@@ -630,14 +626,17 @@ fn ack_body(m: &Value, status: &str) -> String {
     .to_string()
 }
 
+/// One ack request under group `g`: its answer.
+fn ack_one(
+    engine: &Arc<Engine>,
+    body: String,
+) -> impl Future<Output = Result<Value, EngineError>> + Send + 'static {
+    let engine = engine.clone();
+    async move { engine.ack(&body, Some("g")).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json")) }
+}
+
 async fn ack_all(engine: &Arc<Engine>, bodies: Vec<String>) -> Vec<Result<Value, EngineError>> {
-    all_at_once(bodies, |body| {
-        let engine = engine.clone();
-        async move {
-            engine.ack(&body, Some("g")).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
-        }
-    })
-    .await
+    all_at_once(bodies, |body| ack_one(engine, body)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -753,13 +752,7 @@ async fn an_ack_batch_that_fails_as_a_whole_fails_only_its_poison_request() {
         async move { engine.ack(&body, Some("g")).await.map(|_| ()).expect("the gate's ack") }
     };
     let rest: Vec<String> = messages.iter().map(|m| ack_body(m, "completed")).collect();
-    let answers = behind_a_held_table(&b, "queen.cursors", gate, rest, |body: String| {
-        let engine = engine.clone();
-        async move {
-            engine.ack(&body, Some("g")).await.map(|j| serde_json::from_str::<Value>(&j.0).expect("json"))
-        }
-    })
-    .await;
+    let answers = behind_a_held_table(&b, "queen.cursors", gate, rest, |body| ack_one(&engine, body)).await;
     let mut failed = HashSet::new();
     for (m, a) in messages.iter().zip(answers) {
         match a {
