@@ -3,7 +3,9 @@
 -- The dead letters p_ids, in that order (ord from 1), as the engine writes
 -- them (queen_wire::DeadLetter): the one place a dead letter's fields are
 -- read. A set-returning SQL function of one SELECT, inlined into its
--- caller's statement.
+-- caller's statement. Lateral lookups: a primary-key probe per id whatever
+-- the table's size was when a generic plan was made (a join became a hash
+-- join over a sequential scan of an empty table).
 CREATE OR REPLACE FUNCTION queen.dead_letter_rows(p_ids bigint[])
 RETURNS TABLE (ord bigint, dlq_id bigint, message_id uuid, payload text, error_message text,
                transaction_id text, trace_id text, partition_id uuid, producer_sub text, queue text,
@@ -13,7 +15,7 @@ LANGUAGE sql STABLE AS $$
          d.partition_id, d.producer_sub, q.name, p.name, d.consumer_group, d.retry_count,
          queen.iso(d.created_at), queen.iso(d.failed_at)
     FROM unnest(p_ids) WITH ORDINALITY u(id, ord)
-    JOIN queen.dead_letters d ON d.id = u.id
+    CROSS JOIN LATERAL (SELECT d.* FROM queen.dead_letters d WHERE d.id = u.id LIMIT 1) d
     JOIN queen.queues q ON q.id = d.queue_id
     LEFT JOIN queen.partitions p ON p.id = d.partition_id
 $$;
