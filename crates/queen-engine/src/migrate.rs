@@ -125,6 +125,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0026_lease_renewal_by_the_engine.sql",
         sql: include_str!("../sql/migrations/0026_lease_renewal_by_the_engine.sql"),
     },
+    Migration {
+        version: 27,
+        name: "0027_pop_answers_by_the_engine.sql",
+        sql: include_str!("../sql/migrations/0027_pop_answers_by_the_engine.sql"),
+    },
 ];
 
 /// The SQL functions, one file per engine module that calls them (named

@@ -1,7 +1,12 @@
 //! The pop batcher: concurrent pops of queues, one `queen.pop_requests`
-//! call and one commit; a lone pop is one `queen.pop_api` call.
+//! call and one commit; a lone pop is one `queen.pop_api` call. SQL answers
+//! a delivery's columns ([`Popped`]); [`Popped::answer`] writes the body.
 
 use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use tokio_postgres::Row;
+use uuid::Uuid;
 
 use crate::batch::{
     answer_batch, unless_alone, Answered, BatchKind, BatchStats, Batcher, Budget, Rerun, Waiting, STALL_AFTER,
@@ -10,7 +15,7 @@ use crate::db::Pool;
 use crate::groups::{SubscriptionMode, QUEUE_MODE, STREAMS_GROUP_PREFIX};
 use crate::notifier;
 use crate::EngineError;
-pub use queen_wire::{LeaseRenewal, PopRequest};
+pub use queen_wire::{LeaseRenewal, PopAnswer, PopRequest, PoppedMessage};
 
 /// A pop with the broker's default start filled in, when it names a
 /// consumer group but neither a mode nor a start: the start of a group is
@@ -45,8 +50,110 @@ const MAX_POPS: usize = 64;
 const MAX_POP_MESSAGES: usize = 1000;
 
 /// Concurrent pops of queues: one `queen.pop_requests` call, one commit.
-/// Answers are the SQL's text (sealed payloads still sealed).
-pub(crate) type PopBatcher = Batcher<PopRequest, Option<String>>;
+/// Answers are the deliveries' columns (sealed payloads still sealed).
+pub(crate) type PopBatcher = Batcher<PopRequest, Option<Popped>>;
+
+/// A delivery as `queen.popped` answers it: the lanes claimed, in claim
+/// order, with how many messages each gave, and every message's fields,
+/// lane after lane. Payloads are as stored (perhaps sealed at rest).
+#[derive(Debug)]
+pub(crate) struct Popped {
+    queue: String,
+    lease_id: Option<Uuid>,
+    consumer_group: String,
+    lane_ids: Vec<Uuid>,
+    lane_names: Vec<String>,
+    lane_sizes: Vec<i32>,
+    ids: Vec<Uuid>,
+    transaction_ids: Vec<String>,
+    trace_ids: Vec<Option<String>>,
+    payloads: Vec<Option<String>>,
+    producer_subs: Vec<Option<String>>,
+    created_ats: Vec<String>,
+}
+
+impl Popped {
+    /// The delivery of a `queen.popped` row; `None` for the all-NULL row of
+    /// a pop that delivered nothing.
+    fn from_row(row: &Row) -> Result<Option<Popped>, EngineError> {
+        let Some(queue) = row.try_get::<_, Option<String>>(0)? else { return Ok(None) };
+        Ok(Some(Popped {
+            queue,
+            lease_id: row.try_get(1)?,
+            consumer_group: row.try_get(2)?,
+            lane_ids: row.try_get(3)?,
+            lane_names: row.try_get(4)?,
+            lane_sizes: row.try_get(5)?,
+            ids: row.try_get(6)?,
+            transaction_ids: row.try_get(7)?,
+            trace_ids: row.try_get(8)?,
+            payloads: row.try_get(9)?,
+            producer_subs: row.try_get(10)?,
+            created_ats: row.try_get(11)?,
+        }))
+    }
+
+    /// The pop's answer; `open` opens a payload sealed at rest.
+    pub(crate) fn answer(
+        self,
+        open: impl Fn(String) -> Result<String, EngineError>,
+    ) -> Result<PopAnswer, EngineError> {
+        let n = self.ids.len();
+        let lanes = self.lane_ids.len();
+        let columns = [self.transaction_ids.len(), self.trace_ids.len(), self.payloads.len()];
+        let columns = [columns[0], columns[1], columns[2], self.producer_subs.len(), self.created_ats.len()];
+        let sized: usize = self.lane_sizes.iter().map(|&k| usize::try_from(k).unwrap_or(0)).sum();
+        if lanes == 0
+            || self.lane_names.len() != lanes
+            || self.lane_sizes.len() != lanes
+            || sized != n
+            || columns.iter().any(|&c| c != n)
+        {
+            return Err(EngineError::Protocol(format!(
+                "a pop answered {lanes} lanes of {sized} messages and {n} message ids"
+            )));
+        }
+        let lease_id = self.lease_id.map(|l| l.to_string()).unwrap_or_default();
+        let lane_of_each = self
+            .lane_sizes
+            .iter()
+            .enumerate()
+            .flat_map(|(lane, &k)| std::iter::repeat_n(lane, usize::try_from(k).unwrap_or(0)));
+        let mut messages = Vec::with_capacity(n);
+        let fields = self.ids.into_iter().zip(self.transaction_ids).zip(self.trace_ids).zip(self.payloads);
+        let fields = fields.zip(self.producer_subs).zip(self.created_ats).zip(lane_of_each);
+        for ((((((id, transaction_id), trace_id), payload), producer_sub), created_at), lane) in fields {
+            let data = match payload {
+                Some(text) => RawValue::from_string(open(text)?)
+                    .map_err(|e| EngineError::Protocol(format!("a popped payload is not JSON: {e}")))?,
+                None => RawValue::NULL.to_owned(),
+            };
+            messages.push(PoppedMessage {
+                id: id.to_string(),
+                transaction_id,
+                trace_id,
+                data,
+                producer_sub,
+                created_at,
+                partition_id: self.lane_ids[lane].to_string(),
+                partition: self.lane_names[lane].clone(),
+                queue: self.queue.clone(),
+                lease_id: lease_id.clone(),
+                consumer_group: self.consumer_group.clone(),
+            });
+        }
+        Ok(PopAnswer {
+            success: true,
+            partition: self.lane_names[0].clone(),
+            partition_id: self.lane_ids[0].to_string(),
+            queue: self.queue,
+            lease_id,
+            consumer_group: self.consumer_group,
+            messages,
+            partitions_claimed: lanes,
+        })
+    }
+}
 
 pub(crate) fn start_pops(
     pool: Pool,
@@ -67,7 +174,7 @@ pub(crate) fn start_pops(
 async fn run_pops(
     pool: Pool,
     key_id: Option<Arc<str>>,
-    batch: Vec<Waiting<PopRequest, Option<String>>>,
+    batch: Vec<Waiting<PopRequest, Option<Popped>>>,
 ) -> Answered {
     let alone = |r: PopRequest| {
         let (pool, key_id) = (pool.clone(), key_id.clone());
@@ -85,7 +192,7 @@ pub(crate) async fn pop_call(
     pool: &Pool,
     r: &PopRequest,
     key_id: Option<&str>,
-) -> Result<Option<String>, EngineError> {
+) -> Result<Option<Popped>, EngineError> {
     pop_one(pool, include_str!("../sql/statements/pop.sql"), [&r.queue, &r.partition], r, key_id).await
 }
 
@@ -96,8 +203,8 @@ pub(crate) async fn pop_matching_call(
     pool: &Pool,
     r: &PopRequest,
     key_id: Option<&str>,
-) -> Result<Option<String>, EngineError> {
-    let sql = "SELECT queen.pop_matching($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)::text";
+) -> Result<Option<Popped>, EngineError> {
+    let sql = include_str!("../sql/statements/pop_matching.sql");
     pop_one(pool, sql, [&r.namespace, &r.task], r, key_id).await
 }
 
@@ -109,7 +216,7 @@ async fn pop_one(
     from: [&(dyn tokio_postgres::types::ToSql + Sync); 2],
     r: &PopRequest,
     key_id: Option<&str>,
-) -> Result<Option<String>, EngineError> {
+) -> Result<Option<Popped>, EngineError> {
     let client = pool.get().await?;
     let stmt = client.prepare_cached(sql).await?;
     let row = client
@@ -129,7 +236,7 @@ async fn pop_one(
             ],
         )
         .await?;
-    Ok(row.try_get(0)?)
+    Popped::from_row(&row)
 }
 
 /// Extends every lane leased under `lease_id` by `seconds` from now.
@@ -153,7 +260,7 @@ async fn pop_many(
     pool: &Pool,
     batch: &[&PopRequest],
     key_id: Option<&str>,
-) -> Result<Vec<Option<String>>, EngineError> {
+) -> Result<Vec<Option<Popped>>, EngineError> {
     let queues: Vec<&str> = batch.iter().map(|r| r.queue.as_str()).collect();
     let partitions: Vec<Option<&str>> = batch.iter().map(|r| r.partition.as_deref()).collect();
     let groups: Vec<Option<&str>> = batch.iter().map(|r| r.consumer_group.as_deref()).collect();
@@ -165,8 +272,8 @@ async fn pop_many(
     let froms: Vec<Option<&str>> = batch.iter().map(|r| r.subscription_from.as_deref()).collect();
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/pop_batch.sql")).await?;
-    let row = client
-        .query_one(
+    let rows = client
+        .query(
             &stmt,
             &[
                 &queues,
@@ -182,6 +289,8 @@ async fn pop_many(
             ],
         )
         .await?;
-    let answers: Vec<Option<String>> = row.try_get(0)?;
-    Ok(answers)
+    if rows.len() != batch.len() {
+        return Err(EngineError::Protocol(format!("{} pops answered {} rows", batch.len(), rows.len())));
+    }
+    rows.iter().map(Popped::from_row).collect()
 }

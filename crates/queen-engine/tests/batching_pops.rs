@@ -187,8 +187,8 @@ async fn a_pop_batch_waits_for_the_flush_when_any_member_needs_it() {
         let queues = vec!["flush"; auto_acks.len()];
         let groups: Vec<Option<&str>> = groups.iter().map(|g| (!g.is_empty()).then_some(*g)).collect();
         let n = auto_acks.len();
-        let row = client
-            .query_one(
+        let rows = client
+            .query(
                 include_str!("../../queen-engine/sql/statements/pop_batch.sql"),
                 &[
                     &queues,
@@ -205,9 +205,10 @@ async fn a_pop_batch_waits_for_the_flush_when_any_member_needs_it() {
             )
             .await
             .expect("pop_requests");
-        let answers: Vec<Option<String>> = row.get(0);
+        // One row per member; the queue column is NULL where nothing was delivered.
+        let answers: Vec<Option<String>> = rows.iter().map(|r| r.get(0)).collect();
         assert_eq!(answers.len(), n, "{case}");
-        assert!(answers[0].is_some(), "{case}: the first member delivers");
+        assert_eq!(answers[0].as_deref(), Some("flush"), "{case}: the first member delivers");
         let setting: String =
             client.query_one("select current_setting('synchronous_commit')", &[]).await.expect("show").get(0);
         assert_eq!(setting, flush, "{case}");
@@ -277,8 +278,20 @@ async fn batched_pops_of_named_lanes_each_get_their_own_lane_in_order() {
             }
             let a = a.unwrap_or_else(|| panic!("round {round}: p{p} gives its next messages"));
             assert_eq!(a["partition"], format!("p{p}"));
+            assert_eq!(a["partitionsClaimed"], 1);
             let lease = a["leaseId"].as_str().expect("lease").to_owned();
             assert!(leases.insert(lease.clone()), "each member has a lease of its own");
+            // The one-pass path's columns make the element a lone pop makes.
+            for m in a["messages"].as_array().expect("messages") {
+                let lane =
+                    [&m["partition"], &m["partitionId"], &m["leaseId"], &m["queue"], &m["consumerGroup"]];
+                let answer =
+                    [&a["partition"], &a["partitionId"], &a["leaseId"], &a["queue"], &a["consumerGroup"]];
+                assert_eq!(lane, answer, "round {round}: {m}");
+                let tx = m["transactionId"].as_str().expect("transaction id");
+                let n: u64 = tx.rsplit('-').next().and_then(|n| n.parse().ok()).expect("n");
+                assert_eq!(m["data"], serde_json::json!({ "n": n }), "round {round}: {m}");
+            }
             let n = seen.entry(format!("p{p}")).or_default();
             let expected: Vec<String> = (*n..*n + 2).map(|i| format!("p{p}-{i}")).collect();
             assert_eq!(transaction_ids(&a), expected, "round {round}: p{p} in lane order");

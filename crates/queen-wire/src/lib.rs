@@ -22,7 +22,7 @@ pub use kv::{
     ops_to_wire, Expect, Expiry, Invalid, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost,
 };
 pub use locks::{LockHolder, LockOp, LockResult};
-pub use pop::{LeaseRenewal, PopRequest};
+pub use pop::{LeaseRenewal, PopAnswer, PopRequest, PoppedMessage};
 pub use reads::{FetchAnswer, FetchEntry, Fetched, FetchedRecord};
 pub use timers::TimerResult;
 

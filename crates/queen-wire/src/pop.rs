@@ -1,4 +1,8 @@
-//! A pop request, as the pop routes' query string describes it.
+//! A pop request, as the pop routes' query string describes it, and what a
+//! pop answers.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 /// One pop call, as the query string of the pop routes describes it.
 #[derive(Debug, Clone, Default)]
@@ -72,4 +76,57 @@ impl LeaseRenewal {
             lease_expires_at: expires_at,
         }
     }
+}
+
+/// What a pop that delivered answers (200): the first lane claimed, the
+/// lease, and every message in delivery order, lane after lane. Written by
+/// the engine alone (the SQL answers its columns).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PopAnswer {
+    /// Always true (an empty pop answers 204 without a body).
+    pub success: bool,
+    /// The queue's name.
+    pub queue: String,
+    /// The first partition claimed.
+    pub partition: String,
+    /// The first partition's id.
+    pub partition_id: String,
+    /// The lease every claimed lane is held under; empty with auto-ack.
+    pub lease_id: String,
+    /// The consumer group, [`crate::QUEUE_MODE`] in queue mode.
+    pub consumer_group: String,
+    /// The messages, in offset order within each lane.
+    pub messages: Vec<PoppedMessage>,
+    /// How many partitions the pop claimed.
+    pub partitions_claimed: usize,
+}
+
+/// One delivered message: its own fields, and its lane's and lease's, which
+/// an ack sends back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PoppedMessage {
+    /// The message id.
+    pub id: String,
+    /// The producer's transaction id (the dedup and ack key).
+    pub transaction_id: String,
+    /// The trace id, if the producer set one.
+    pub trace_id: Option<String>,
+    /// The payload as the producer sent it.
+    pub data: Box<RawValue>,
+    /// The authenticated producer, when the push carried one.
+    pub producer_sub: Option<String>,
+    /// When the message was pushed (RFC 3339 UTC, microseconds).
+    pub created_at: String,
+    /// The partition's id.
+    pub partition_id: String,
+    /// The partition's name.
+    pub partition: String,
+    /// The queue's name.
+    pub queue: String,
+    /// The lease it was delivered under; empty with auto-ack.
+    pub lease_id: String,
+    /// The consumer group, [`crate::QUEUE_MODE`] in queue mode.
+    pub consumer_group: String,
 }

@@ -260,14 +260,11 @@ async fn taking_and_releasing_a_lease_are_hot_updates() {
     let tx = client.transaction().await.unwrap();
     let counts = "SELECT pg_stat_get_xact_tuples_updated('queen.cursors'::regclass),
                          pg_stat_get_xact_tuples_hot_updated('queen.cursors'::regclass)";
-    let popped: String = tx
-        .query_one("SELECT queen.pop('hot', 'p', NULL, 2, 1, NULL, false, NULL, NULL)::text", &[])
+    let popped = tx
+        .query_one("SELECT p.lease_id::text, p.lane_ids[1] FROM queen.pop('hot', 'p', NULL, 2, 1, NULL, false, NULL, NULL) p", &[])
         .await
-        .unwrap()
-        .get(0);
-    let popped: Value = serde_json::from_str(&popped).unwrap();
-    let lease = popped["leaseId"].as_str().unwrap().to_owned();
-    let pid: uuid::Uuid = popped["partitionId"].as_str().unwrap().parse().unwrap();
+        .unwrap();
+    let (lease, pid): (String, uuid::Uuid) = (popped.get(0), popped.get(1));
     let row = tx.query_one(counts, &[]).await.unwrap();
     let (updated, hot): (i64, i64) = (row.get(0), row.get(1));
     assert_eq!((updated, hot), (1, 1), "the lease");

@@ -2,6 +2,8 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
 mod common;
+#[path = "common/kv.rs"]
+mod kvh;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -933,4 +935,118 @@ async fn racing_http_pops_share_statements_and_deliver_each_message_once() {
         sizes.sum
     );
     assert_eq!(sizes.retried, 0);
+}
+
+/// Every pop path answers the one element the engine writes
+/// (`queen_wire::PopAnswer`): a named lane, a walk over lanes, a pop by
+/// namespace and an auto-ack pop, with every field's value, and each
+/// payload's exact text.
+#[tokio::test]
+async fn a_pop_answers_every_field_of_every_message_on_every_path() {
+    let b = TestBroker::start().await;
+    let (status, body) =
+        b.post("/api/v1/configure", &json!({"queue": "shape", "namespace": "shapes", "task": "t"})).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = b
+        .post_raw(
+            "/api/v1/push",
+            r#"{"items": [
+                {"queue": "shape", "partition": "a", "transactionId": "a1", "traceId": "trace-1", "payload": {"n": 1, "s": "x y"}},
+                {"queue": "shape", "partition": "a", "transactionId": "a2", "payload": null},
+                {"queue": "shape", "partition": "b", "transactionId": "b1", "payload": [1,2.50, "\u00e9"]}]}"#,
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let sql = b.sql().await;
+    let lane = |name: &'static str| {
+        let sql = &sql;
+        async move {
+            let row = sql
+                .query_one("SELECT id::text FROM queen.partitions WHERE name = $1", &[&name])
+                .await
+                .unwrap();
+            row.get::<_, String>(0)
+        }
+    };
+    let (lane_a, lane_b) = (lane("a").await, lane("b").await);
+    let payloads = [("a1", r#"{"n": 1, "s": "x y"}"#), ("a2", "null"), ("b1", r#"[1,2.50, "\u00e9"]"#)];
+    let raw = |path: String| {
+        let url = b.api().url(&path);
+        async move {
+            let answer = reqwest::get(url).await.unwrap();
+            assert_eq!(answer.status(), 200, "{path}");
+            answer.text().await.unwrap()
+        }
+    };
+    let answer_keys = [
+        "consumerGroup",
+        "leaseId",
+        "messages",
+        "partition",
+        "partitionId",
+        "partitionsClaimed",
+        "queue",
+        "success",
+    ];
+    let message_keys = [
+        "consumerGroup",
+        "createdAt",
+        "data",
+        "id",
+        "leaseId",
+        "partition",
+        "partitionId",
+        "producerSub",
+        "queue",
+        "traceId",
+        "transactionId",
+    ];
+    let paths = [
+        ("/api/v1/pop/queue/shape/partition/a?wait=false&batch=10", "__QUEUE_MODE__", 1, false),
+        ("/api/v1/pop/queue/shape?wait=false&batch=10&partitions=2&consumerGroup=g1&subscriptionMode=all", "g1", 2, false),
+        ("/api/v1/pop?namespace=shapes&wait=false&batch=10&partitions=2&consumerGroup=g2&subscriptionMode=all", "g2", 2, false),
+        ("/api/v1/pop/queue/shape?wait=false&batch=10&partitions=2&consumerGroup=g3&subscriptionMode=all&autoAck=true", "g3", 2, true),
+    ];
+    for (path, group, lanes, auto_ack) in paths {
+        let text = raw(path.to_owned()).await;
+        for (tx, payload) in payloads.iter().take(if lanes == 1 { 2 } else { 3 }) {
+            assert!(text.contains(&format!(r#""data":{payload}"#)), "{path}: {tx}'s payload as sent: {text}");
+        }
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(kvh::fields(&answer), answer_keys.iter().map(|k| k.to_string()).collect(), "{path}");
+        assert_eq!(answer["success"], true);
+        assert_eq!(answer["queue"], "shape");
+        assert_eq!(answer["consumerGroup"], group, "{path}");
+        assert_eq!(answer["partitionsClaimed"], lanes, "{path}");
+        let lease = answer["leaseId"].as_str().unwrap();
+        assert_eq!(lease.is_empty(), auto_ack, "{path}: {answer}");
+        let messages = answer["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), if lanes == 1 { 2 } else { 3 }, "{path}");
+        let first = &messages[0];
+        assert_eq!(
+            [&answer["partition"], &answer["partitionId"]],
+            [&first["partition"], &first["partitionId"]]
+        );
+        for m in messages {
+            assert_eq!(kvh::fields(m), message_keys.iter().map(|k| k.to_string()).collect(), "{path}");
+            let tx = m["transactionId"].as_str().unwrap();
+            let (name, id) = if tx.starts_with('a') { ("a", &lane_a) } else { ("b", &lane_b) };
+            assert_eq!(m["partition"], name, "{path}");
+            assert_eq!(m["partitionId"], id.as_str(), "{path}");
+            assert_eq!(m["queue"], "shape");
+            assert_eq!(m["leaseId"], lease);
+            assert_eq!(m["consumerGroup"], group);
+            assert_eq!(m["traceId"], if tx == "a1" { json!("trace-1") } else { Value::Null }, "{path}");
+            assert_eq!(m["producerSub"], Value::Null);
+            assert!(uuid::Uuid::parse_str(m["id"].as_str().unwrap()).is_ok(), "{m}");
+            assert!(kvh::is_ts(m["createdAt"].as_str().unwrap()), "{m}");
+        }
+        let order: Vec<&str> = messages.iter().map(|m| m["transactionId"].as_str().unwrap()).collect();
+        let a_order: Vec<&str> = order.iter().copied().filter(|t| t.starts_with('a')).collect();
+        assert_eq!(a_order, ["a1", "a2"], "{path}: a lane in offset order");
+        assert!(
+            order.starts_with(&["a1", "a2"]) || order.ends_with(&["a1", "a2"]),
+            "{path}: a lane's messages together: {order:?}"
+        );
+    }
 }

@@ -76,7 +76,8 @@ END $$;
 -- Claims up to p_partitions free lanes of the group (FOR UPDATE SKIP LOCKED
 -- on cursor rows, so concurrent pops never wait on each other), delivers at
 -- most p_batch messages in total under one lease id, and either leases the
--- lanes or (auto-ack) commits the cursor at delivery. NULL when empty.
+-- lanes or (auto-ack) commits the cursor at delivery. Answers the lanes and
+-- their messages as typed columns (queen.popped); NULL when empty.
 --
 -- Which lanes: a named partition is looked up by name. Otherwise the pop
 -- walks queen.ready_lanes of (queue, group) in fairness order (least
@@ -86,7 +87,7 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.pop(
   p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text)
-RETURNS json
+RETURNS queen.popped
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   q queen.queues;
@@ -94,13 +95,9 @@ DECLARE
   v_lease uuid;
   v_lease_secs integer;
   v_left integer := p_batch;
-  v_msgs json[] := '{}';
-  v_batch json[];
-  v_claimed integer := 0;
-  v_first_pid uuid;
-  v_first_name text;
+  v_batch queen.lane_batch;
+  v_out queen.popped;
   v_pid uuid;
-  v_name text;
   v_leased boolean;
   v_lanes refcursor;
   head record;
@@ -158,13 +155,14 @@ BEGIN
       RETURN NULL;
     END IF;
     v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack, false);
-    IF v_batch IS NOT NULL THEN
-      v_msgs := v_batch;
-      v_claimed := 1;
-      v_first_pid := v_pid;
-      v_first_name := p_partition;
+    IF v_batch.n IS NULL THEN
+      RETURN NULL;
     END IF;
+    RETURN (q.name, v_lease, v_group, ARRAY[v_pid], ARRAY[v_batch.partition_name], ARRAY[v_batch.n],
+            v_batch.ids, v_batch.transaction_ids, v_batch.trace_ids, v_batch.payloads, v_batch.producer_subs,
+            v_batch.created_ats)::queen.popped;
   ELSE
+    v_out := (q.name, v_lease, v_group, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')::queen.popped;
     -- An explicit cursor gets a fast-start plan: the ordered index walk.
     OPEN v_lanes NO SCROLL FOR
       SELECT r.partition_id, c.lease_expires_at > now()
@@ -179,41 +177,27 @@ BEGIN
       -- without a statement. queen.pop_lane re-checks under the row lock.
       CONTINUE WHEN v_leased;
       v_batch := queen.pop_lane(q, v_pid, v_group, v_left, v_lease, v_lease_secs, p_auto_ack, true);
-      CONTINUE WHEN v_batch IS NULL;
-      v_msgs := v_msgs || v_batch;
-      v_left := v_left - array_length(v_batch, 1);
-      v_claimed := v_claimed + 1;
-      IF v_first_pid IS NULL THEN
-        v_first_pid := v_pid;
-        -- Not v_batch[1] ->> 'partition': parsing a message would choke on
-        -- the \u0000 key of a sealed payload (encryption at rest).
-        SELECT p.name INTO v_first_name FROM queen.partitions p WHERE p.id = v_pid;
-      END IF;
-      EXIT WHEN v_claimed >= p_partitions OR v_left <= 0;
+      CONTINUE WHEN v_batch.n IS NULL;
+      v_out.lane_ids := v_out.lane_ids || v_pid;
+      v_out.lane_names := v_out.lane_names || v_batch.partition_name;
+      v_out.lane_sizes := v_out.lane_sizes || v_batch.n;
+      v_out.ids := v_out.ids || v_batch.ids;
+      v_out.transaction_ids := v_out.transaction_ids || v_batch.transaction_ids;
+      v_out.trace_ids := v_out.trace_ids || v_batch.trace_ids;
+      v_out.payloads := v_out.payloads || v_batch.payloads;
+      v_out.producer_subs := v_out.producer_subs || v_batch.producer_subs;
+      v_out.created_ats := v_out.created_ats || v_batch.created_ats;
+      v_left := v_left - v_batch.n;
+      EXIT WHEN cardinality(v_out.lane_ids) >= p_partitions OR v_left <= 0;
     END LOOP;
     CLOSE v_lanes;
+    IF cardinality(v_out.lane_ids) > 0 THEN
+      RETURN v_out;
+    END IF;
   END IF;
-
-  IF v_claimed = 0 THEN
-    RETURN NULL;
-  END IF;
-  RETURN queen.pop_answer(q.name, v_first_name, v_first_pid, v_lease, v_group, v_msgs, v_claimed);
+  RETURN NULL;
 END $$;
 
--- A pop's answer. The one writer of this body (queen.pop, queen.pop_named_batch).
--- STABLE as json_build_object is, so that it is inlined.
-CREATE OR REPLACE FUNCTION queen.pop_answer(
-  p_queue text, p_partition text, p_pid uuid, p_lease uuid, p_group text, p_msgs json[], p_claimed integer)
-RETURNS json
-LANGUAGE sql STABLE AS $$
-  SELECT json_build_object('success', true, 'queue', p_queue, 'partition', p_partition,
-    'partitionId', p_pid, 'leaseId', coalesce(p_lease::text, ''), 'consumerGroup', p_group,
-    'messages', array_to_json(p_msgs), 'partitionsClaimed', p_claimed)
-$$;
-
--- Up to p_max messages of a lane from p_from in offset order, as the pop
--- answers them (delayed messages not yet due left out): the batch, its
--- count and its last offset (0 and NULLs when there is none).
 -- Where a held cursor (cursors.hold_until: a group subscribed from a time
 -- still to come when its cursor was made) really starts: the first message
 -- at or after p_from created at or after the hold, else the lane's end.
@@ -227,19 +211,21 @@ LANGUAGE sql STABLE AS $$
                   (SELECT p.next_seq FROM queen.partitions p WHERE p.id = p_pid), p_from)
 $$;
 
-CREATE OR REPLACE FUNCTION queen.lane_messages(
-  q queen.queues, p_pid uuid, p_pname text, p_group text, p_from bigint, p_max integer, p_lease uuid)
-RETURNS TABLE (batch json[], n bigint, last bigint)
+-- Up to p_max messages of a lane from p_from in offset order (delayed
+-- messages not yet due left out): each field as an array in that order
+-- (payloads as stored, perhaps sealed), the count and the last offset (0
+-- and NULLs when there is none).
+CREATE OR REPLACE FUNCTION queen.lane_messages(q queen.queues, p_pid uuid, p_from bigint, p_max integer)
+RETURNS TABLE (ids uuid[], transaction_ids text[], trace_ids text[], payloads text[], producer_subs text[],
+               created_ats text[], n integer, last bigint)
 -- A set-returning SQL function of one SELECT: inlined into the caller's
 -- statement, so planned once with it (see queen.uuid_v7 for the cost of a
 -- SQL function that is not).
 LANGUAGE sql STABLE AS $$
-  SELECT array_agg(json_build_object(
-           'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id, 'data', m.payload,
-           'producerSub', m.producer_sub, 'createdAt', queen.iso(m.created_at), 'partitionId', m.partition_id,
-           'partition', p_pname, 'queue', q.name, 'leaseId', coalesce(p_lease::text, ''),
-           'consumerGroup', p_group) ORDER BY m.seq),
-         count(*), max(m.seq)
+  SELECT array_agg(m.id ORDER BY m.seq), array_agg(m.transaction_id ORDER BY m.seq),
+         array_agg(m.trace_id ORDER BY m.seq), array_agg(m.payload::text ORDER BY m.seq),
+         array_agg(m.producer_sub ORDER BY m.seq), array_agg(queen.iso(m.created_at) ORDER BY m.seq),
+         count(*)::integer, max(m.seq)
     FROM (SELECT * FROM queen.messages m
            WHERE m.partition_id = p_pid AND m.seq >= p_from
              AND (q.delayed_processing = 0
@@ -258,7 +244,8 @@ $$;
 
 -- One lane of a pop: claims the cursor (FOR UPDATE SKIP LOCKED, free lease,
 -- window buffer and delay respected), reads up to p_max messages in offset
--- order, and leases or commits them. NULL when the lane gives nothing.
+-- order, and leases or commits them. Answers the partition's name and the
+-- messages (queen.lane_batch); NULL when the lane gives nothing.
 --
 -- A drained lane (cursor at the lane's end) loses its ready row here, but
 -- only while this call holds the cursor row lock and a share lock on the
@@ -274,18 +261,19 @@ $$;
 CREATE OR REPLACE FUNCTION queen.pop_lane(
   q queen.queues, p_pid uuid, p_group text, p_max integer, p_lease uuid, p_lease_secs integer,
   p_auto_ack boolean, p_walked boolean)
-RETURNS json[]
+RETURNS queen.lane_batch
 LANGUAGE plpgsql AS $$
 DECLARE
   lane record;
-  v_batch json[];
+  v_batch queen.lane_batch;
   v_count integer;
   v_last bigint;
   v_head bigint;
 BEGIN
   IF q.ttl = 0 THEN
     -- The claim and the read in one statement.
-    SELECT l.next_seq, l.stored, l.head, b.batch, b.n, b.last
+    SELECT l.next_seq, l.stored, l.head, l.pname, b.ids, b.transaction_ids, b.trace_ids, b.payloads,
+           b.producer_subs, b.created_ats, b.n, b.last
       INTO lane
       FROM (SELECT CASE WHEN c.hold_until IS NULL THEN c.next_seq
                         ELSE queen.held_start(c.partition_id, c.next_seq, c.hold_until) END AS next_seq,
@@ -302,11 +290,12 @@ BEGIN
                      SELECT m.created_at FROM queen.messages m WHERE m.partition_id = c.partition_id AND m.seq >= c.next_seq
                       ORDER BY m.seq LIMIT 1) <= now() - make_interval(secs => q.delayed_processing), true))
                FOR UPDATE OF c SKIP LOCKED) l
-      CROSS JOIN LATERAL queen.lane_messages(q, p_pid, l.pname, p_group, l.next_seq, p_max, p_lease) b;
+      CROSS JOIN LATERAL queen.lane_messages(q, p_pid, l.next_seq, p_max) b;
     IF NOT FOUND THEN
       RETURN NULL;
     END IF;
-    v_batch := lane.batch;
+    v_batch := (lane.pname, lane.ids, lane.transaction_ids, lane.trace_ids, lane.payloads, lane.producer_subs,
+                lane.created_ats, lane.n, lane.last)::queen.lane_batch;
     v_count := lane.n;
     v_last := lane.last;
   ELSE
@@ -342,8 +331,12 @@ BEGIN
       END IF;
     END IF;
     IF lane.next_seq < lane.head THEN
-      SELECT b.batch, b.n, b.last INTO v_batch, v_count, v_last
-        FROM queen.lane_messages(q, p_pid, lane.pname, p_group, lane.next_seq, p_max, p_lease) b;
+      SELECT lane.pname, b.ids, b.transaction_ids, b.trace_ids, b.payloads, b.producer_subs, b.created_ats,
+             b.n, b.last
+        INTO v_batch
+        FROM queen.lane_messages(q, p_pid, lane.next_seq, p_max) b;
+      v_count := v_batch.n;
+      v_last := v_batch.last;
     ELSE
       v_count := 0;
     END IF;
@@ -436,17 +429,18 @@ END $$;
 -- queen.pop gives it alone, but the batch claims its lanes (FOR UPDATE
 -- SKIP LOCKED), reads their messages and leases them in three statements
 -- whatever its size. A lane claimed with nothing to give goes through
--- queen.pop_lane (drained-lane and hole rules). NULL when the batch is not
+-- queen.pop_lane (drained-lane and hole rules). Answers index-aligned with
+-- the arrays, NULL where a member got nothing; NULL when the batch is not
 -- of that shape: the caller pops member by member.
 CREATE OR REPLACE FUNCTION queen.pop_named_batch(
   p_queues text[], p_partitions text[], p_groups text[], p_batches integer[], p_partition_counts integer[],
   p_lease_seconds integer[], p_auto_acks boolean[], p_key_id text)
-RETURNS text[]
+RETURNS queen.popped[]
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_n integer := cardinality(p_queues);
   v_ok boolean;
-  v_answers text[];
+  v_answers queen.popped[];
   r record;
   q queen.queues;
   v_pids uuid[] := '{}';
@@ -482,7 +476,7 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
 
-  v_answers := array_fill(NULL::text, ARRAY[v_n]);
+  v_answers := array_fill(NULL::queen.popped, ARRAY[v_n]);
   FOR r IN
     WITH members AS (
       SELECT u.ord, qq.q0 AS qrow, (qq.q0).id AS qid, (qq.q0).name AS qname, (qq.q0).retry_delay, p.id AS pid,
@@ -509,12 +503,13 @@ BEGIN
                                FOR UPDATE OF c SKIP LOCKED) c
         CROSS JOIN LATERAL (SELECT pt.next_seq FROM queen.partitions pt WHERE pt.id = m.pid) pt
     )
-    SELECT cl.ord, cl.qrow, cl.qname, cl.pid, cl.pname, cl.g, cl.lease, cl.lsecs, cl.batch, b.batch AS msgs, b.n, b.last
+    SELECT cl.ord, cl.qrow, cl.qname, cl.pid, cl.pname, cl.g, cl.lease, cl.lsecs, cl.batch, b.*
       FROM claimed cl
-      CROSS JOIN LATERAL queen.lane_messages(cl.qrow, cl.pid, cl.pname, cl.g, cl.next_seq, cl.batch, cl.lease) b
+      CROSS JOIN LATERAL queen.lane_messages(cl.qrow, cl.pid, cl.next_seq, cl.batch) b
   LOOP
     IF r.n > 0 THEN
-      v_answers[r.ord] := queen.pop_answer(r.qname, r.pname, r.pid, r.lease, r.g, r.msgs, 1)::text;
+      v_answers[r.ord] := (r.qname, r.lease, r.g, ARRAY[r.pid], ARRAY[r.pname], ARRAY[r.n], r.ids,
+                           r.transaction_ids, r.trace_ids, r.payloads, r.producer_subs, r.created_ats)::queen.popped;
       v_pids := v_pids || r.pid;
       v_groups := v_groups || r.g;
       v_leases := v_leases || r.lease;
@@ -559,7 +554,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen.pop_api(
   p_queue text, p_partition text, p_group text, p_batch integer, p_partitions integer,
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text, p_key_id text)
-RETURNS json
+RETURNS queen.popped
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   v_paused boolean;
@@ -586,7 +581,7 @@ END $$;
 -- member runs queen.pop_api, as it would alone, in arrival order, so members
 -- on one lane see each other as serial pops would (a leased lane gives the
 -- next member nothing; an auto-acked one gives it the following messages).
--- Answers are index-aligned with the arrays, NULL where a member got
+-- One row per member, in the arrays' order, all NULL where a member got
 -- nothing. A member's error (bad input, a key mismatch) fails the
 -- statement, and the engine then runs each member alone.
 --
@@ -597,29 +592,30 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.pop_requests(
   p_queues text[], p_partitions text[], p_groups text[], p_batches integer[], p_partition_counts integer[],
   p_lease_seconds integer[], p_auto_acks boolean[], p_sub_modes text[], p_sub_froms text[], p_key_id text)
-RETURNS text[]
+RETURNS SETOF queen.popped
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
-  v_answers text[] := '{}';
+  v_answers queen.popped[];
   v_flush text := current_setting('synchronous_commit');
   v_auto_acked boolean := false;
 BEGIN
   -- The common shape (named lanes, leases, registered groups) in one pass.
   v_answers := queen.pop_named_batch(p_queues, p_partitions, p_groups, p_batches, p_partition_counts,
                                      p_lease_seconds, p_auto_acks, p_key_id);
-  IF v_answers IS NOT NULL THEN
-    RETURN v_answers;
+  IF v_answers IS NULL THEN
+    v_answers := array_fill(NULL::queen.popped, ARRAY[cardinality(p_queues)]);
+    FOR i IN 1 .. cardinality(p_queues) LOOP
+      v_answers[i] := queen.pop_api(p_queues[i], p_partitions[i], p_groups[i], p_batches[i],
+        p_partition_counts[i], p_lease_seconds[i], p_auto_acks[i], p_sub_modes[i], p_sub_froms[i], p_key_id);
+      v_auto_acked := v_auto_acked OR p_auto_acks[i];
+    END LOOP;
+    IF v_auto_acked OR current_setting('queen.group_registered', true) = 'on' THEN
+      PERFORM set_config('synchronous_commit', v_flush, true);
+    END IF;
   END IF;
-  v_answers := '{}';
-  FOR i IN 1 .. cardinality(p_queues) LOOP
-    v_answers := v_answers || queen.pop_api(p_queues[i], p_partitions[i], p_groups[i], p_batches[i],
-      p_partition_counts[i], p_lease_seconds[i], p_auto_acks[i], p_sub_modes[i], p_sub_froms[i], p_key_id)::text;
-    v_auto_acked := v_auto_acked OR p_auto_acks[i];
+  FOR i IN 1 .. cardinality(v_answers) LOOP
+    RETURN NEXT v_answers[i];
   END LOOP;
-  IF v_auto_acked OR current_setting('queen.group_registered', true) = 'on' THEN
-    PERFORM set_config('synchronous_commit', v_flush, true);
-  END IF;
-  RETURN v_answers;
 END $$;
 
 -- GET /api/v1/pop?namespace=&task=: a pop from the queues carrying that
@@ -630,11 +626,11 @@ END $$;
 CREATE OR REPLACE FUNCTION queen.pop_matching(
   p_namespace text, p_task text, p_group text, p_batch integer, p_partitions integer,
   p_lease_seconds integer, p_auto_ack boolean, p_sub_mode text, p_sub_from text, p_key_id text)
-RETURNS json
+RETURNS queen.popped
 LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
   r record;
-  v_found json;
+  v_found queen.popped;
 BEGIN
   IF p_namespace IS NULL AND p_task IS NULL THEN
     PERFORM queen.bad_request('namespace', 'or task is required');
@@ -651,7 +647,7 @@ BEGIN
   LOOP
     v_found := queen.pop(r.name, NULL, p_group, p_batch, p_partitions, p_lease_seconds, p_auto_ack,
                          p_sub_mode, p_sub_from);
-    IF v_found IS NOT NULL THEN
+    IF v_found.queue IS NOT NULL THEN
       RETURN v_found;
     END IF;
   END LOOP;

@@ -14,7 +14,7 @@ impl Engine {
         let defaulted = crate::pop::with_default_subscription(req, self.options.default_subscription_mode);
         let req = defaulted.as_ref().unwrap_or(req);
         let key_id = self.encryption_key().map(EncryptionKey::id);
-        let text = if req.is_by_tag() {
+        let popped = if req.is_by_tag() {
             // A pop by namespace/task names tags where a queue pop names its
             // queue and partition; the rest of the call is the same.
             crate::pop::pop_matching_call(self.pool(), req, key_id).await?
@@ -24,13 +24,12 @@ impl Engine {
                 None => crate::pop::pop_call(&self.pool, req, key_id).await?,
             }
         };
-        // The answer may carry payloads sealed at rest.
-        let answer = text.map(|t| self.open_sealed(t)).transpose()?;
-        let answer = answer.map(Json);
-        if answer.is_some() {
-            self.traffic_ref().popped();
-        }
-        Ok(answer)
+        let Some(popped) = popped else { return Ok(None) };
+        // The payloads may be sealed at rest: each is opened on its own.
+        let answer = popped.answer(|payload| self.open_sealed(payload))?;
+        let answer = serde_json::to_string(&answer).map_err(|e| EngineError::Protocol(e.to_string()))?;
+        self.traffic_ref().popped();
+        Ok(Some(Json(answer)))
     }
 
     /// Long poll: pops until a message is delivered, `timeout` passes, or the
