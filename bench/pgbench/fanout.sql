@@ -3,9 +3,10 @@
 -- SQL twin of GET /api/v1/pop/queue/bench-fan?batch=10&consumerGroup=g<n>
 -- + POST /api/v1/ack/batch (statements/ack.sql). Run with -D groups=<n>.
 \set g :client_id % :groups
-SELECT r::text AS popped FROM queen.pop('bench-fan', NULL, 'g' || :g, 10, 1, NULL, false, NULL, NULL) r \gset
-SELECT queen.ack_rows(array_agg(m ->> 'transactionId'), array_agg((m ->> 'partitionId')::uuid),
-                      array_agg('completed'::text), array_agg(NULL::text), array_agg(m ->> 'leaseId'),
-                      array_agg('g' || :g))::text
-  FROM json_array_elements(nullif(:popped::text, '')::json -> 'messages') m
-HAVING count(*) > 0;
+SELECT r.transaction_ids AS txs, r.lane_ids[1] AS pid, r.lease_id AS lease, coalesce(cardinality(r.ids), 0) AS n
+  FROM queen.pop('bench-fan', NULL, 'g' || :g, 10, 1, NULL, false, NULL, NULL) r \gset
+SELECT queen.ack_rows(nullif(:txs, '')::text[], array_fill(nullif(:pid, '')::uuid, ARRAY[:n::integer]),
+                      array_fill('completed'::text, ARRAY[:n::integer]), array_fill(NULL::text, ARRAY[:n::integer]),
+                      array_fill(nullif(:lease, '')::text, ARRAY[:n::integer]),
+                      array_fill('g' || :g, ARRAY[:n::integer]))::text
+ WHERE :n::integer > 0;

@@ -1,8 +1,7 @@
 -- pop, then once + ack in one transaction: the SQL twin of a pop plus
 -- POST /api/v1/transaction {operations:[ack], kv:[putIfAbsent required]},
 -- with the bundle as the typed arrays the engine sends (statements/transaction.sql).
-SELECT r::jsonb -> 'messages' -> 0 ->> 'transactionId' AS tx, r::jsonb ->> 'partitionId' AS pid,
-       r::jsonb ->> 'leaseId' AS lease
+SELECT r.transaction_ids[1] AS tx, r.lane_ids[1] AS pid, r.lease_id AS lease
   FROM queen.pop('bench-pop', 'p' || :client_id, NULL, 1, 1, NULL, false, NULL, NULL) r \gset
 SELECT queen.transaction_rows(gen_random_uuid()::text, lower(:lease::text), 4194304, 1,
   '{}'::integer[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[],

@@ -5,9 +5,10 @@
 -- queue bench-rand); statements/ack.sql: typed arrays, one element per
 -- acknowledgment. Run with -D batch=<b> -D queue=<name>. A pop that finds
 -- nothing free (more clients than free lanes) acks nothing.
-SELECT r::text AS popped FROM queen.pop(:queue, NULL, NULL, :batch, 1, NULL, false, NULL, NULL) r \gset
-SELECT queen.ack_rows(array_agg(m ->> 'transactionId'), array_agg((m ->> 'partitionId')::uuid),
-                      array_agg('completed'::text), array_agg(NULL::text), array_agg(m ->> 'leaseId'),
-                      array_agg('__QUEUE_MODE__'::text))::text
-  FROM json_array_elements(nullif(:popped::text, '')::json -> 'messages') m
-HAVING count(*) > 0;
+SELECT r.transaction_ids AS txs, r.lane_ids[1] AS pid, r.lease_id AS lease, coalesce(cardinality(r.ids), 0) AS n
+  FROM queen.pop(:queue, NULL, NULL, :batch, 1, NULL, false, NULL, NULL) r \gset
+SELECT queen.ack_rows(nullif(:txs, '')::text[], array_fill(nullif(:pid, '')::uuid, ARRAY[:n::integer]),
+                      array_fill('completed'::text, ARRAY[:n::integer]), array_fill(NULL::text, ARRAY[:n::integer]),
+                      array_fill(nullif(:lease, '')::text, ARRAY[:n::integer]),
+                      array_fill('__QUEUE_MODE__'::text, ARRAY[:n::integer]))::text
+ WHERE :n::integer > 0;

@@ -6,9 +6,10 @@
 -- the pop-sweep series at 10k and 100k partitions too. An empty pop (a lane
 -- run dry) acks nothing.
 \set p random(0, :parts - 1)
-SELECT r::text AS popped FROM queen.pop('bench-rand', 'p' || :p, NULL, :batch, 1, NULL, false, NULL, NULL) r \gset
-SELECT queen.ack_rows(array_agg(m ->> 'transactionId'), array_agg((m ->> 'partitionId')::uuid),
-                      array_agg('completed'::text), array_agg(NULL::text), array_agg(m ->> 'leaseId'),
-                      array_agg('__QUEUE_MODE__'::text))::text
-  FROM json_array_elements(nullif(:popped::text, '')::json -> 'messages') m
-HAVING count(*) > 0;
+SELECT r.transaction_ids AS txs, r.lane_ids[1] AS pid, r.lease_id AS lease, coalesce(cardinality(r.ids), 0) AS n
+  FROM queen.pop('bench-rand', 'p' || :p, NULL, :batch, 1, NULL, false, NULL, NULL) r \gset
+SELECT queen.ack_rows(nullif(:txs, '')::text[], array_fill(nullif(:pid, '')::uuid, ARRAY[:n::integer]),
+                      array_fill('completed'::text, ARRAY[:n::integer]), array_fill(NULL::text, ARRAY[:n::integer]),
+                      array_fill(nullif(:lease, '')::text, ARRAY[:n::integer]),
+                      array_fill('__QUEUE_MODE__'::text, ARRAY[:n::integer]))::text
+ WHERE :n::integer > 0;

@@ -286,11 +286,6 @@ struct ConfigureAnswer {
     options: QueueOptions,
 }
 
-#[derive(Deserialize)]
-struct DeleteAnswer {
-    deleted: bool,
-}
-
 /// A handle on one queue, with the partition and consumer group its calls use.
 pub struct Queue<B> {
     pub(crate) queen: Queen<B>,
@@ -391,7 +386,8 @@ impl<B: Broker> Queue<B> {
     /// Deletes the queue; `false` when it did not exist.
     pub async fn delete(&self) -> Result<bool> {
         let json = self.queen.broker.delete_queue(&self.name).await?;
-        let answer: DeleteAnswer = json.decode().map_err(|e| Error::decode("delete answer", e))?;
+        let answer: queen_wire::QueueDeleted =
+            json.decode().map_err(|e| Error::decode("delete answer", e))?;
         Ok(answer.deleted)
     }
 

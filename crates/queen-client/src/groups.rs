@@ -74,67 +74,10 @@ pub struct GroupPartition {
     pub last_consumed_at: Option<String>,
 }
 
-/// The answer of [`Queen::delete_consumer_group`].
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GroupDeleted {
-    /// Cursors removed.
-    #[serde(default)]
-    pub deleted_partitions: u64,
-    /// Whether a registration was removed.
-    #[serde(default)]
-    pub metadata_deleted: bool,
-}
-
-/// The answer of [`Queen::update_subscription`].
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SubscriptionUpdated {
-    /// The new start time, in the broker's timestamp format.
-    #[serde(default)]
-    pub new_timestamp: Option<String>,
-    /// Registrations updated (one per queue the group consumes; 0 for an unknown group).
-    #[serde(default)]
-    pub rows_updated: u64,
-}
-
-/// The answer of [`Queen::seek`].
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Seeked {
-    /// Whether the cursors went to the end.
-    #[serde(default)]
-    pub seek_to_end: bool,
-    /// The time sought to, in the broker's timestamp format (`None` for the end).
-    #[serde(default)]
-    pub target_timestamp: Option<String>,
-    /// Cursors moved (0 when the group has none on the queue).
-    #[serde(default)]
-    pub partitions_updated: u64,
-}
-
-/// The answer of [`Queen::seek_partition`] (Queen's shape).
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PartitionSeeked {
-    /// The partition sought on.
-    #[serde(default)]
-    pub partition_name: String,
-    /// Whether the group's cursor there moved (`false`: the group has none
-    /// on the partition yet).
-    #[serde(default)]
-    pub updated: bool,
-    /// The id of the last message the group is now past (`None` when it is
-    /// before every stored message, or did not move).
-    #[serde(default)]
-    pub cursor_moved_to: Option<String>,
-    /// Whether the cursor went to the end.
-    #[serde(default)]
-    pub seek_to_end: bool,
-    /// The time sought to, in the broker's timestamp format (`None` for the end).
-    #[serde(default)]
-    pub target_timestamp: Option<String>,
-}
+/// The answers of [`Queen::delete_consumer_group`],
+/// [`Queen::update_subscription`], [`Queen::seek`] and
+/// [`Queen::seek_partition`]: the broker's own types.
+pub use queen_wire::{GroupDeleted, PartitionSeeked, Seeked, SubscriptionUpdated};
 
 fn decode<T: serde::de::DeserializeOwned>(json: &queen_wire::Json, what: &str) -> Result<T> {
     json.decode().map_err(|e| Error::decode(what, e))

@@ -287,14 +287,6 @@ impl HttpBroker {
         struct Registered {
             queue_name: String,
         }
-        #[derive(serde::Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Deleted {
-            #[serde(default)]
-            deleted_partitions: u64,
-            #[serde(default)]
-            metadata_deleted: bool,
-        }
         let all = self.json(self.call(Method::GET, &["api", "v1", "consumer-groups"], None)).await?;
         let mut queues: Vec<Registered> =
             only_group(&all, group)?.decode().map_err(|e| Error::decode("consumer groups answer", e))?;
@@ -303,15 +295,19 @@ impl HttpBroker {
         for q in &queues {
             let path = ["api", "v1", "consumer-groups", group, "queues", &q.queue_name];
             let answer = self.delete_group(&path, delete_metadata).await?;
-            let d: Deleted = answer.decode().map_err(|e| Error::decode("delete consumer group answer", e))?;
+            let d: queen_wire::GroupDeleted =
+                answer.decode().map_err(|e| Error::decode("delete consumer group answer", e))?;
             partitions += d.deleted_partitions;
             metadata |= d.metadata_deleted;
         }
-        let answer = serde_json::json!({
-            "success": true, "consumerGroup": group, "queueName": null,
-            "deletedPartitions": partitions, "metadataDeleted": metadata,
-        });
-        Ok(Json(answer.to_string()))
+        let answer = queen_wire::GroupDeleted {
+            success: true,
+            consumer_group: group.to_owned(),
+            queue_name: None,
+            deleted_partitions: partitions,
+            metadata_deleted: metadata,
+        };
+        serde_json::to_string(&answer).map(Json).map_err(|e| Error::decode("delete consumer group answer", e))
     }
 }
 

@@ -90,39 +90,9 @@ impl TimerSpec {
     }
 }
 
-/// A pending timer, as peek and list show it.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingTimer {
-    /// Its queue.
-    pub queue: String,
-    /// Its key.
-    pub timer_key: String,
-    /// The partition it fires into.
-    pub partition: String,
-    /// The fired message's transactionId.
-    pub txn: String,
-    /// The fired message's id.
-    pub message_id: String,
-    /// When it fires.
-    pub deliver_at: String,
-    /// Fires that could not push (a full queue).
-    pub attempts: i64,
-    /// The payload (peek only).
-    pub payload: Option<Box<RawValue>>,
-}
-
-/// A keyset page of pending timers.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TimerPage {
-    /// The timers, in key order.
-    pub rows: Vec<PendingTimer>,
-    /// More rows follow.
-    pub truncated: bool,
-    /// The `after` of the next page.
-    pub next_after: Option<String>,
-}
+/// A pending timer, as peek and list show it, and a keyset page of them:
+/// the broker's own types.
+pub use queen_wire::{PendingTimer, TimerPage};
 
 /// The timer operations of one client.
 pub struct Timers<B> {

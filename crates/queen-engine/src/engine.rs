@@ -619,7 +619,12 @@ impl Engine {
 
     /// Deletes a queue with its partitions, messages, cursors and dead letters.
     pub async fn delete_queue(&self, queue: &str) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.delete_queue($1)::text", &[&queue]).await
+        let client = self.pool.get().await?;
+        let stmt = client.prepare_cached("SELECT d.existed FROM queen.delete_queue($1) d").await?;
+        let existed: bool = client.query_one(&stmt, &[&queue]).await?.try_get(0)?;
+        serde_json::to_string(&queen_wire::QueueDeleted::new(queue, existed))
+            .map(Json)
+            .map_err(|e| EngineError::Protocol(e.to_string()))
     }
 
     /// Wakes every long poll (they answer empty) and stops the listener.

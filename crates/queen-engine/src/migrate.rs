@@ -130,6 +130,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0027_pop_answers_by_the_engine.sql",
         sql: include_str!("../sql/migrations/0027_pop_answers_by_the_engine.sql"),
     },
+    Migration {
+        version: 28,
+        name: "0028_admin_answers_by_the_engine.sql",
+        sql: include_str!("../sql/migrations/0028_admin_answers_by_the_engine.sql"),
+    },
 ];
 
 /// The SQL functions, one file per engine module that calls them (named

@@ -5,7 +5,7 @@
 //! sweeper (`Engine::fire_due_timers`, run by every broker) fires a due
 //! timer as one message in the transaction that deletes its row.
 
-pub use queen_wire::TimerResult;
+pub use queen_wire::{PendingTimer, TimerPage, TimerPeek, TimerResult};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -430,6 +430,53 @@ pub(crate) async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError>
     let client = pool.get().await?;
     let stmt = client.prepare_cached(include_str!("../sql/statements/timers_next_due.sql")).await?;
     Ok(client.query_one(&stmt, &[]).await?.try_get(0)?)
+}
+
+/// Pending timers of `queue` (`queen.timer_rows`): the one keyed `key`
+/// with its payload (`open` opens it when sealed at rest), or a keyset page
+/// of up to `limit` after `after` and one row more when more follow.
+pub(crate) async fn timer_rows(
+    pool: &Pool,
+    queue: &str,
+    key: Option<&str>,
+    after: Option<&str>,
+    limit: usize,
+    open: impl Fn(String) -> Result<String, EngineError>,
+) -> Result<Vec<PendingTimer>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client
+        .prepare_cached(
+            "SELECT t.queue, t.timer_key, t.partition, t.txn, t.message_id::text, t.deliver_at, t.attempts,
+                    t.last_error, t.created_at, t.updated_at, t.payload
+               FROM queen.timer_rows($1, $2, $3, $4) t",
+        )
+        .await?;
+    let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+    let rows = client.query(&stmt, &[&queue, &key, &after, &limit]).await?;
+    rows.iter()
+        .map(|row| {
+            let payload: Option<String> = row.try_get(10)?;
+            let payload = payload
+                .map(|p| {
+                    serde_json::value::RawValue::from_string(open(p)?)
+                        .map_err(|e| EngineError::Protocol(format!("a timer's payload is not JSON: {e}")))
+                })
+                .transpose()?;
+            Ok(PendingTimer {
+                queue: row.try_get(0)?,
+                timer_key: row.try_get(1)?,
+                partition: row.try_get(2)?,
+                txn: row.try_get(3)?,
+                message_id: row.try_get(4)?,
+                deliver_at: row.try_get(5)?,
+                attempts: i64::from(row.try_get::<_, i32>(6)?),
+                last_error: row.try_get(7)?,
+                created_at: row.try_get(8)?,
+                updated_at: row.try_get(9)?,
+                payload,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

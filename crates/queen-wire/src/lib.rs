@@ -9,22 +9,26 @@
 pub mod ack;
 pub mod dlq;
 pub mod ephemeral;
+pub mod groups;
 pub mod kv;
 pub mod locks;
 pub mod pop;
+pub mod queues;
 pub mod reads;
 pub mod timers;
 
 pub use ack::{AckRefused, AckResult, AckVerdict, PushRefused, TxRefusal};
 pub use dlq::{DeadLetter, DlqKeysetPage, DlqPage, DlqQuery, ReplayTarget};
 pub use ephemeral::EphemeralPop;
+pub use groups::{GroupDeleted, PartitionSeeked, Seeked, SubscriptionUpdated};
 pub use kv::{
     ops_to_wire, Expect, Expiry, Invalid, KvAnswer, KvOp, KvResult, KvResults, KvRow, PreconditionLost,
 };
 pub use locks::{LockHolder, LockOp, LockResult};
 pub use pop::{LeaseRenewal, PopAnswer, PopRequest, PoppedMessage};
+pub use queues::QueueDeleted;
 pub use reads::{FetchAnswer, FetchEntry, Fetched, FetchedRecord};
-pub use timers::TimerResult;
+pub use timers::{PendingTimer, TimerPage, TimerPeek, TimerResult};
 
 /// The consumer group name of queue mode: one more cursor per partition.
 pub const QUEUE_MODE: &str = "__QUEUE_MODE__";

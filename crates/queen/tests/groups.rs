@@ -553,3 +553,69 @@ async fn a_subscription_time_still_to_come_holds_back_partitions_created_later()
     b.push("held", "p3", &[("p3-a", json!(1)), ("p3-b", json!(2))]).await;
     assert_eq!(drain(&b, "held", "g", "").await, ["p3-a", "p3-b"]);
 }
+
+/// The group routes' answers, whole: the engine writes them from the counts
+/// and times SQL answers (`queen_wire::{GroupDeleted, SubscriptionUpdated,
+/// Seeked, PartitionSeeked}`), and a queue's deletion from whether it existed.
+#[tokio::test]
+async fn the_group_and_queue_deletion_routes_answer_every_field() {
+    let b = TestBroker::start().await;
+    b.push("whole", "p1", &[("a", json!(1)), ("b", json!(2))]).await;
+    b.push("whole", "p2", &[("c", json!(3))]).await;
+    b.pop_some("whole", "batch=1&subscriptionMode=all&consumerGroup=g").await;
+    let last_of_p1: String = b
+        .sql()
+        .await
+        .query_one("SELECT m.id::text FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id WHERE p.name = 'p1' AND m.transaction_id = 'b'", &[])
+        .await
+        .unwrap()
+        .get(0);
+
+    let (status, body) = b.post("/api/v1/consumer-groups/g/queues/whole/seek", &json!({"toEnd": true})).await;
+    assert_eq!(status, 200, "{body}");
+    let want = json!({"success": true, "consumerGroup": "g", "queueName": "whole", "seekToEnd": true,
+                      "targetTimestamp": null, "partitionsUpdated": 2});
+    assert_eq!(body, want);
+
+    let path = "/api/v1/consumer-groups/g/queues/whole/partitions/p1/seek";
+    let (status, body) = b.post(path, &json!({"toEnd": true})).await;
+    assert_eq!(status, 200, "{body}");
+    let want = json!({"success": true, "consumerGroup": "g", "queueName": "whole", "partitionName": "p1",
+                      "updated": true, "cursorMovedTo": last_of_p1, "seekToEnd": true,
+                      "targetTimestamp": null, "partitionsUpdated": 1});
+    assert_eq!(body, want);
+    let (status, body) =
+        b.post(&path.replace("/g/", "/nobody/"), &json!({"timestamp": "2000-01-01T00:00:00Z"})).await;
+    assert_eq!(status, 200, "{body}");
+    let want = json!({"success": true, "consumerGroup": "nobody", "queueName": "whole", "partitionName": "p1",
+                      "updated": false, "cursorMovedTo": null, "seekToEnd": false,
+                      "targetTimestamp": "2000-01-01T00:00:00.000000Z", "partitionsUpdated": 0});
+    assert_eq!(body, want);
+
+    let (status, body) = b
+        .post(
+            "/api/v1/consumer-groups/g/subscription",
+            &json!({"subscriptionTimestamp": "2001-02-03T04:05:06.5Z"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let want = json!({"success": true, "consumerGroup": "g", "newTimestamp": "2001-02-03T04:05:06.500000Z",
+                      "rowsUpdated": 1});
+    assert_eq!(body, want);
+
+    let (status, body) = b.delete("/api/v1/consumer-groups/g/queues/whole?deleteMetadata=true").await;
+    assert_eq!(status, 200, "{body}");
+    let want = json!({"success": true, "consumerGroup": "g", "queueName": "whole", "deletedPartitions": 2,
+                      "metadataDeleted": true});
+    assert_eq!(body, want);
+    let (status, body) = b.delete("/api/v1/consumer-groups/g?deleteMetadata=true").await;
+    assert_eq!(status, 200, "{body}");
+    let want = json!({"success": true, "consumerGroup": "g", "queueName": null, "deletedPartitions": 0,
+                      "metadataDeleted": false});
+    assert_eq!(body, want);
+
+    let (status, body) = b.delete("/api/v1/resources/queues/whole").await;
+    assert_eq!((status, body), (200, json!({"deleted": true, "queue": "whole", "existed": true})));
+    let (status, body) = b.delete("/api/v1/resources/queues/whole").await;
+    assert_eq!((status, body), (200, json!({"deleted": false, "queue": "whole", "existed": false})));
+}

@@ -71,6 +71,35 @@ async fn schedule_reschedule_peek_list_and_cancel() {
     assert_eq!(peek["found"], json!(true));
     assert_eq!(peek["payload"], json!({"id": 2}));
     assert_eq!(peek["txn"], json!("txn-o1"));
+    // The whole peek, which the engine writes from queen.timer_rows.
+    let fields: Vec<&str> = peek.as_object().expect("peek").keys().map(String::as_str).collect();
+    let want = [
+        "attempts",
+        "createdAt",
+        "deliverAt",
+        "encrypted",
+        "found",
+        "lastError",
+        "messageId",
+        "partition",
+        "payload",
+        "queue",
+        "timerKey",
+        "txn",
+        "updatedAt",
+    ];
+    assert_eq!(fields, want, "{peek}");
+    assert_eq!(
+        [&peek["queue"], &peek["timerKey"], &peek["messageId"], &peek["deliverAt"]],
+        [&json!("orders"), &json!("o1"), &again[0]["messageId"], &again[0]["deliverAt"]]
+    );
+    assert_eq!(
+        [&peek["encrypted"], &peek["attempts"], &peek["lastError"]],
+        [&json!(false), &json!(0), &Value::Null]
+    );
+    assert!(peek["createdAt"]
+        .as_str()
+        .is_some_and(|t| t.len() == 27 && t <= peek["updatedAt"].as_str().unwrap_or("")));
     let (_, miss) = b.get("/api/v1/timers/orders/none").await;
     assert_eq!(miss, json!({"found": false}));
 
@@ -82,6 +111,21 @@ async fn schedule_reschedule_peek_list_and_cancel() {
     assert_eq!(page["truncated"], json!(true), "{page}");
     assert_eq!(page["rows"].as_array().map(Vec::len), Some(2));
     assert_eq!(page["nextAfter"], json!("a/2"));
+    let mut listed = page["rows"][0].clone();
+    assert_eq!(listed.as_object_mut().and_then(|o| o.remove("timerKey")), Some(json!("a/1")));
+    let fields: Vec<&str> = listed.as_object().expect("row").keys().map(String::as_str).collect();
+    let want = [
+        "attempts",
+        "createdAt",
+        "deliverAt",
+        "lastError",
+        "messageId",
+        "partition",
+        "queue",
+        "txn",
+        "updatedAt",
+    ];
+    assert_eq!(fields, want, "a listed timer has no payload: {listed}");
     let (_, rest) = b.get("/api/v1/timers/paged?limit=10&after=a%2F2").await;
     let keys: Vec<&str> =
         rest["rows"].as_array().expect("rows").iter().filter_map(|r| r["timerKey"].as_str()).collect();

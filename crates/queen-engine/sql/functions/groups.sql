@@ -3,9 +3,10 @@
 -- DELETE /api/v1/consumer-groups/:group[/queues/:queue]. With
 -- deleteMetadata a later pop with the same name registers afresh; without it
 -- the group restarts from its stored subscription. Queue mode is a group
--- like any other.
-CREATE OR REPLACE FUNCTION queen.delete_consumer_group(p_group text, p_queue text, p_delete_metadata boolean)
-RETURNS json
+-- like any other. Answers how many cursors went and whether the
+-- registration did; the engine writes the answer (queen_wire::GroupDeleted).
+CREATE OR REPLACE FUNCTION queen.delete_consumer_group(p_group text, p_queue text, p_delete_metadata boolean,
+                                                       OUT deleted_partitions bigint, OUT metadata_deleted boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_cursors bigint;
@@ -45,13 +46,16 @@ BEGIN
      WHERE g.name = p_group AND (p_queue IS NULL OR g.queue_name = p_queue)
     ON CONFLICT DO NOTHING;
   END IF;
-  RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
-    'deletedPartitions', v_cursors, 'metadataDeleted', v_meta > 0);
+  deleted_partitions := v_cursors;
+  metadata_deleted := v_meta > 0;
 END $$;
 
 -- POST /api/v1/consumer-groups/:group/subscription: the start position for
 -- lanes the group has not seen yet. Existing cursors stay where they are.
-CREATE OR REPLACE FUNCTION queen.update_subscription(p_group text, p_timestamp text) RETURNS json
+-- Answers the start and how many registrations took it (the engine writes
+-- queen_wire::SubscriptionUpdated).
+CREATE OR REPLACE FUNCTION queen.update_subscription(p_group text, p_timestamp text,
+                                                     OUT new_timestamp text, OUT rows_updated bigint)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_ts timestamptz;
@@ -71,17 +75,21 @@ BEGIN
     RETURNING 1
   )
   SELECT count(*) INTO v_rows FROM upd;
-  RETURN json_build_object('success', true, 'consumerGroup', p_group,
-    'newTimestamp', queen.iso(v_ts), 'rowsUpdated', v_rows);
+  new_timestamp := queen.iso(v_ts);
+  rows_updated := v_rows;
 END $$;
 
 -- POST /api/v1/consumer-groups/:group/queues/:queue/seek, and with
 -- p_partition .../partitions/:partition/seek: one rule for both. Moves the
 -- cursors the group already has on the queue (or on that one partition) and
 -- clears their leases, so a late ack of a skipped batch is a no-op.
+-- Answers how many cursors moved, the target time, and with p_partition the
+-- id of the last message the group is now past (NULL when none stored
+-- precedes it); the engine writes the answer (queen_wire::Sought).
 CREATE OR REPLACE FUNCTION queen.seek(p_group text, p_queue text, p_to_end boolean, p_timestamp text,
-                                      p_partition text DEFAULT NULL)
-RETURNS json
+                                      p_partition text,
+                                      OUT partitions_updated bigint, OUT target_timestamp text,
+                                      OUT cursor_moved_to uuid)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_ts timestamptz;
@@ -121,15 +129,10 @@ BEGIN
     RETURNING c.next_seq
   )
   SELECT count(*), max(next_seq) INTO v_rows, v_next FROM moved;
-  IF v_partition IS NULL THEN
-    RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
-      'seekToEnd', coalesce(p_to_end, false), 'targetTimestamp', queen.iso(v_ts), 'partitionsUpdated', v_rows);
+  partitions_updated := v_rows;
+  target_timestamp := queen.iso(v_ts);
+  IF v_partition IS NOT NULL THEN
+    SELECT m.id INTO cursor_moved_to FROM queen.messages m
+     WHERE m.partition_id = v_partition AND m.seq = v_next - 1;
   END IF;
-  -- Queen's shape, plus the queue-level fields. cursorMovedTo: the id of the
-  -- last message the group is now past (null when none stored precedes it).
-  RETURN json_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
-    'partitionName', p_partition, 'updated', v_rows > 0,
-    'cursorMovedTo', (SELECT m.id FROM queen.messages m
-                       WHERE m.partition_id = v_partition AND m.seq = v_next - 1),
-    'seekToEnd', coalesce(p_to_end, false), 'targetTimestamp', queen.iso(v_ts), 'partitionsUpdated', v_rows);
 END $$;

@@ -145,7 +145,9 @@ END $$;
 
 -- DELETE /api/v1/resources/queues/:queue. Answers deleted:false for a
 -- missing queue, because SDKs delete before create as a cleanup idiom.
-CREATE OR REPLACE FUNCTION queen.delete_queue(p_name text) RETURNS json
+-- Answers whether the queue existed; the engine writes the answer
+-- (queen_wire::QueueDeleted).
+CREATE OR REPLACE FUNCTION queen.delete_queue(p_name text, OUT existed boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_id bigint;
@@ -153,12 +155,13 @@ BEGIN
   SELECT id INTO v_id FROM queen.queues WHERE name = p_name FOR UPDATE;
   DELETE FROM queen.consumer_groups WHERE queue_name = p_name;
   IF v_id IS NULL THEN
-    RETURN json_build_object('deleted', false, 'queue', p_name, 'existed', false);
+    existed := false;
+    RETURN;
   END IF;
   DELETE FROM queen.message_traces t USING queen.partitions p WHERE p.queue_id = v_id AND t.partition_id = p.id;
   DELETE FROM queen.stream_state s USING queen.partitions p WHERE p.queue_id = v_id AND s.partition_id = p.id;
   DELETE FROM queen.messages m USING queen.partitions p WHERE p.queue_id = v_id AND m.partition_id = p.id;
   DELETE FROM queen.dead_letters WHERE queue_id = v_id;
   DELETE FROM queen.queues WHERE id = v_id;
-  RETURN json_build_object('deleted', true, 'queue', p_name, 'existed', true);
+  existed := true;
 END $$;

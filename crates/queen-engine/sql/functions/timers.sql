@@ -7,15 +7,6 @@
 -- claims due rows FOR UPDATE SKIP LOCKED, so brokers never fire one row
 -- twice and a cancel never waits for a fire: it answers too_late.
 
--- A timer as its answers describe it.
-CREATE OR REPLACE FUNCTION queen.timer_json(t queen.timers) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-  SELECT jsonb_build_object('queue', t.queue_name, 'timerKey', t.timer_key, 'partition', t.partition_name,
-           'txn', t.txn, 'messageId', t.message_id, 'deliverAt', queen.iso(t.deliver_at),
-           'attempts', t.attempts, 'lastError', t.last_error,
-           'createdAt', queen.iso(t.created_at), 'updatedAt', queen.iso(t.updated_at))
-$$;
-
 CREATE OR REPLACE FUNCTION queen.timer_cancel(p_queue text, p_key text, p_txn text) RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -103,32 +94,24 @@ BEGIN
   RETURN coalesce(to_jsonb(v_results), '[]'::jsonb);
 END $$;
 
-CREATE OR REPLACE FUNCTION queen.timer_peek(p_queue text, p_key text) RETURNS text
+-- Pending timers of p_queue: the one keyed p_key, or (p_key NULL) a
+-- keyset page of up to p_limit after p_after in key byte order, with one
+-- row more when more follow. Each timer's fields as typed columns, its
+-- payload as stored (exact text, perhaps sealed) when p_key names it; the
+-- engine writes the answers (queen_wire::PendingTimer, TimerPeek, TimerPage).
+CREATE OR REPLACE FUNCTION queen.timer_rows(p_queue text, p_key text, p_after text, p_limit integer)
+RETURNS TABLE (queue text, timer_key text, partition text, txn text, message_id uuid, deliver_at text,
+               attempts integer, last_error text, created_at text, updated_at text, payload text)
 LANGUAGE sql STABLE AS $$
-  -- The payload keeps its exact text (json, not jsonb).
-  SELECT coalesce(
-    (SELECT '{"found":true,"encrypted":false,"payload":' || t.payload::text || ','
-            || substr(queen.timer_json(t)::text, 2)
-       FROM queen.timers t WHERE t.queue_name = p_queue AND t.timer_key = p_key),
-    '{"found":false}')
-$$;
-
--- A keyset page of one queue's pending timers, in key byte order.
-CREATE OR REPLACE FUNCTION queen.timer_list(p_queue text, p_after text, p_limit integer) RETURNS text
-LANGUAGE sql STABLE AS $$
-  WITH page AS (
-    SELECT t, row_number() OVER (ORDER BY t.timer_key) AS n
-      FROM queen.timers t
-     WHERE t.queue_name = p_queue AND (p_after IS NULL OR t.timer_key > p_after COLLATE "C")
-     ORDER BY t.timer_key
-     LIMIT p_limit + 1
-  )
-  SELECT jsonb_build_object(
-           'rows', coalesce(jsonb_agg(queen.timer_json(p.t) ORDER BY p.n) FILTER (WHERE p.n <= p_limit), '[]'),
-           'truncated', count(*) > p_limit,
-           'nextAfter', CASE WHEN count(*) > p_limit
-                             THEN max((p.t).timer_key) FILTER (WHERE p.n <= p_limit) END)::text
-    FROM page p
+  SELECT t.queue_name, t.timer_key, t.partition_name, t.txn, t.message_id, queen.iso(t.deliver_at),
+         t.attempts, t.last_error, queen.iso(t.created_at), queen.iso(t.updated_at),
+         CASE WHEN p_key IS NOT NULL THEN t.payload::text END
+    FROM queen.timers t
+   WHERE t.queue_name = p_queue
+     AND (p_key IS NULL OR t.timer_key = p_key)
+     AND (p_after IS NULL OR t.timer_key > p_after COLLATE "C")
+   ORDER BY t.timer_key
+   LIMIT p_limit + 1
 $$;
 
 -- Fires up to p_limit due timers: each becomes one message (with its

@@ -2,6 +2,7 @@
 //! subscriptions moved, cursors sought.
 
 use crate::dlq::DlqQuery;
+use crate::groups::admin;
 use crate::{Engine, EngineError, Json};
 
 impl Engine {
@@ -18,11 +19,7 @@ impl Engine {
         queue: Option<&str>,
         delete_metadata: bool,
     ) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.delete_consumer_group($1, $2, $3)::text",
-            &[&group, &queue, &delete_metadata],
-        )
-        .await
+        written(&admin::delete(self.pool(), group, queue, delete_metadata).await?)
     }
 
     /// Sets the start position for lanes the group has not seen yet.
@@ -31,7 +28,7 @@ impl Engine {
         group: &str,
         timestamp: Option<&str>,
     ) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.update_subscription($1, $2)::text", &[&group, &timestamp]).await
+        written(&admin::update_subscription(self.pool(), group, timestamp).await?)
     }
 
     /// Moves a group's cursors on a queue, or on one `partition` of it, to
@@ -45,10 +42,13 @@ impl Engine {
         to_end: bool,
         timestamp: Option<&str>,
     ) -> Result<Json, EngineError> {
-        self.call_json(
-            "SELECT queen.seek($1, $2, $3, $4, $5)::text",
-            &[&group, &queue, &to_end, &timestamp, &partition],
-        )
-        .await
+        match admin::seek(self.pool(), group, queue, partition, to_end, timestamp).await? {
+            admin::Sought::Queue(answer) => written(&answer),
+            admin::Sought::Partition(answer) => written(&answer),
+        }
     }
+}
+
+fn written(answer: &impl serde::Serialize) -> Result<Json, EngineError> {
+    serde_json::to_string(answer).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
 }

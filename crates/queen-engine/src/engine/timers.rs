@@ -4,6 +4,10 @@ use crate::timers::*;
 use crate::wire::{self};
 use crate::{Engine, EngineError, Json};
 
+fn written(answer: &impl serde::Serialize) -> Result<Json, EngineError> {
+    serde_json::to_string(answer).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
+}
+
 impl Engine {
     /// A timers call given as wire JSON: `{"results": [...]}`.
     pub async fn timers(&self, body: &str) -> Result<Json, EngineError> {
@@ -87,11 +91,13 @@ impl Engine {
         self.call_json("SELECT queen.timer_cancel($1, $2, $3)::text", &[&queue, &key, &txn]).await
     }
 
-    /// One timer with its payload, or `{"found": false}`.
+    /// One timer with its payload (opened, when sealed at rest), or `{"found": false}`.
     pub async fn timer_peek(&self, queue: &str, key: &str) -> Result<Json, EngineError> {
         check_name(queue, "queue", 255)?;
         check_name(key, "timerKey", MAX_KEY_BYTES)?;
-        self.call_json("SELECT queen.timer_peek($1, $2)", &[&queue, &key]).await
+        let mut rows = timer_rows(self.pool(), queue, Some(key), None, 1, |p| self.open_sealed(p)).await?;
+        rows.truncate(1);
+        written(&TimerPeek::of(rows.pop()))
     }
 
     /// A keyset page of one queue's pending timers (limit clamped to 1..=1000).
@@ -102,8 +108,9 @@ impl Engine {
         limit: Option<i64>,
     ) -> Result<Json, EngineError> {
         check_name(queue, "queue", 255)?;
-        let limit = limit.unwrap_or(100).clamp(1, 1000) as i32;
-        self.call_json("SELECT queen.timer_list($1, $2, $3)", &[&queue, &after, &limit]).await
+        let limit = limit.unwrap_or(100).clamp(1, 1000) as usize;
+        let rows = timer_rows(self.pool(), queue, None, after, limit, |p| self.open_sealed(p)).await?;
+        written(&TimerPage::of(rows, limit))
     }
 
     /// Fires up to `limit` due timers in one transaction (the sweeper
