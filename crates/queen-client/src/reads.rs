@@ -10,21 +10,7 @@ use crate::error::{Error, Result};
 
 pub use queen_wire::{FetchEntry, Fetched, FetchedRecord};
 
-/// One partition of a partitions/changed page.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ChangedPartition {
-    /// The partition's name.
-    pub name: String,
-    /// Its id.
-    pub id: String,
-    /// The last offset it assigned (-1 when none).
-    pub last_offset: i64,
-    /// The oldest offset it keeps.
-    pub log_start: i64,
-    /// When it was last pushed to.
-    pub last_write_at: Option<String>,
-}
+pub use queen_wire::ChangedPartition;
 
 /// One page of partitions/changed.
 #[derive(Debug, Clone, Deserialize)]
@@ -105,22 +91,8 @@ impl<B: Broker> Reads<B> {
         if let Some(l) = limit {
             entry["limit"] = json!(l);
         }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Entry {
-            #[serde(default)]
-            partitions: Vec<ChangedPartition>,
-            next: Option<String>,
-            error: Option<String>,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Answer {
-            safe_time: String,
-            entries: Vec<Entry>,
-        }
         let body = json!({ "entries": [entry] }).to_string();
-        let mut answer: Answer = self
+        let mut answer: queen_wire::PartitionsChanged = self
             .queen
             .broker()
             .partitions_changed(&body)

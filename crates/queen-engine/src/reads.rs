@@ -4,6 +4,7 @@
 //! offsets cost the push path nothing. Reads take no lease and move no
 //! cursor. The call is checked here; `sql/functions/reads.sql` reads.
 
+use queen_wire::{ChangedPartition, ChangedPartitions, PartitionsChanged};
 pub use queen_wire::{FetchAnswer, FetchEntry, Fetched, FetchedRecord};
 use serde_json::value::RawValue;
 use uuid::Uuid;
@@ -220,6 +221,90 @@ impl FetchColumns {
             out.push(Fetched { error, high_watermark, log_start_offset, records: entry_records });
         }
         Ok(out)
+    }
+}
+
+/// A partitions/changed entry whose queue does not exist (Kafka's name).
+const UNKNOWN_TOPIC: &str = "UNKNOWN_TOPIC_OR_PARTITION";
+
+/// What `queen.partitions_changed` answers: the safe time, per entry whether
+/// its queue exists and how many rows it gave (its limit, and one more when
+/// more follow), then every row's fields, entry after entry.
+pub(crate) struct ChangedColumns {
+    safe_time: String,
+    known: Vec<bool>,
+    sizes: Vec<i32>,
+    names: Vec<String>,
+    ids: Vec<Uuid>,
+    last_offsets: Vec<i64>,
+    log_starts: Vec<i64>,
+    last_writes: Vec<Option<String>>,
+}
+
+impl ChangedColumns {
+    pub(crate) fn read(row: &tokio_postgres::Row) -> Result<Self, EngineError> {
+        Ok(ChangedColumns {
+            safe_time: row.try_get(0)?,
+            known: row.try_get(1)?,
+            sizes: row.try_get(2)?,
+            names: row.try_get(3)?,
+            ids: row.try_get(4)?,
+            last_offsets: row.try_get(5)?,
+            log_starts: row.try_get(6)?,
+            last_writes: row.try_get(7)?,
+        })
+    }
+
+    /// The answer, each entry's page cut at its `limits` entry: a page that
+    /// got one row more has a next page, after its last kept row.
+    pub(crate) fn answer(self, limits: &[i32]) -> Result<PartitionsChanged, EngineError> {
+        let n = self.names.len();
+        let sized: usize = self.sizes.iter().map(|&s| usize::try_from(s).unwrap_or(0)).sum();
+        let columns =
+            [self.ids.len(), self.last_offsets.len(), self.log_starts.len(), self.last_writes.len()];
+        if self.known.len() != limits.len()
+            || self.sizes.len() != limits.len()
+            || sized != n
+            || columns.iter().any(|&c| c != n)
+        {
+            return Err(EngineError::Protocol(format!(
+                "partitions_changed answered {} entries and {n} rows for {} entries",
+                self.known.len(),
+                limits.len()
+            )));
+        }
+        let mut rows = self
+            .names
+            .into_iter()
+            .zip(self.ids)
+            .zip(self.last_offsets)
+            .zip(self.log_starts)
+            .zip(self.last_writes)
+            .map(|((((name, id), last_offset), log_start), last_write_at)| ChangedPartition {
+                name,
+                id: id.to_string(),
+                last_offset,
+                log_start,
+                last_write_at,
+            });
+        let mut entries = Vec::with_capacity(limits.len());
+        for ((known, size), limit) in self.known.into_iter().zip(self.sizes).zip(limits) {
+            if !known {
+                entries.push(ChangedPartitions {
+                    error: Some(UNKNOWN_TOPIC.to_owned()),
+                    partitions: Vec::new(),
+                    next: None,
+                });
+                continue;
+            }
+            let mut partitions: Vec<ChangedPartition> =
+                rows.by_ref().take(usize::try_from(size).unwrap_or(0)).collect();
+            let more = size > *limit;
+            partitions.truncate(usize::try_from(*limit).unwrap_or(0));
+            let next = if more { partitions.last().map(|p| p.id.clone()) } else { None };
+            entries.push(ChangedPartitions { error: None, partitions, next });
+        }
+        Ok(PartitionsChanged { safe_time: self.safe_time, entries })
     }
 }
 

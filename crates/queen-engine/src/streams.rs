@@ -95,6 +95,76 @@ pub(crate) fn refused(error: &str) -> EngineError {
     EngineError::Refused(serde_json::json!({"success": false, "error": error}).to_string())
 }
 
+/// A registration's answer (`POST /streams/v1/queries`), in the runner's
+/// snake_case.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Registered {
+    success: bool,
+    query_id: String,
+    name: String,
+    config_hash: String,
+    fresh: bool,
+    reset: bool,
+}
+
+/// Registers (or re-registers) a query: SQL answers the id and what
+/// happened, this writes the answer.
+pub(crate) async fn register(
+    pool: &crate::db::Pool,
+    r: &StreamRegistration,
+) -> Result<Registered, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/stream_register.sql")).await?;
+    let row =
+        client.query_one(&stmt, &[&r.name, &r.source_queue, &r.sink_queue, &r.config_hash, &r.reset]).await?;
+    let id: Uuid = row.try_get(0)?;
+    Ok(Registered {
+        success: true,
+        query_id: id.to_string(),
+        name: r.name.clone(),
+        config_hash: r.config_hash.clone(),
+        fresh: row.try_get(1)?,
+        reset: row.try_get(2)?,
+    })
+}
+
+/// A state read's answer (`POST /streams/v1/state/get`).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct StateRows {
+    pub(crate) success: bool,
+    pub(crate) rows: Vec<StateRow>,
+}
+
+/// One state row: its key, its value as stored (opened when sealed) and
+/// when it was last written.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct StateRow {
+    key: String,
+    value: Box<RawValue>,
+    updated_at: String,
+}
+
+/// The state rows a read names, in key order; none when its ids name
+/// nothing. `open` opens a value sealed at rest.
+pub(crate) async fn state_rows(
+    pool: &crate::db::Pool,
+    r: &StateRead,
+    open: impl Fn(String) -> Result<String, EngineError>,
+) -> Result<Vec<StateRow>, EngineError> {
+    let (Some(query), Some(partition)) = (r.query_id, r.partition_id) else { return Ok(Vec::new()) };
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/stream_state.sql")).await?;
+    let rows =
+        client.query(&stmt, &[&query, &partition, &r.keys, &r.key_prefix, &r.ripe_at_or_before]).await?;
+    rows.iter()
+        .map(|row| {
+            let value = RawValue::from_string(open(row.try_get(1)?)?)
+                .map_err(|e| EngineError::Protocol(format!("a state value is not JSON: {e}")))?;
+            Ok(StateRow { key: row.try_get(0)?, value, updated_at: row.try_get(2)? })
+        })
+        .collect()
+}
+
 /// What `queen.stream_cycle` did.
 pub(crate) struct CycleDone {
     /// A copy of this cycle had committed: nothing applied.

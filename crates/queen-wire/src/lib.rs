@@ -27,7 +27,9 @@ pub use kv::{
 pub use locks::{LockHolder, LockOp, LockResult};
 pub use pop::{LeaseRenewal, PopAnswer, PopRequest, PoppedMessage};
 pub use queues::QueueDeleted;
-pub use reads::{FetchAnswer, FetchEntry, Fetched, FetchedRecord};
+pub use reads::{
+    ChangedPartition, ChangedPartitions, FetchAnswer, FetchEntry, Fetched, FetchedRecord, PartitionsChanged,
+};
 pub use timers::{PendingTimer, TimerPage, TimerPeek, TimerResult};
 
 /// The consumer group name of queue mode: one more cursor per partition.

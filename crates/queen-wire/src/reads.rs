@@ -52,3 +52,43 @@ pub struct FetchAnswer {
     /// What each entry read.
     pub entries: Vec<Fetched>,
 }
+
+/// One partition of a partitions/changed page.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangedPartition {
+    /// The partition's name.
+    pub name: String,
+    /// Its id.
+    pub id: String,
+    /// The last offset it assigned (-1 when none).
+    pub last_offset: i64,
+    /// The oldest offset it keeps.
+    pub log_start: i64,
+    /// When it was last pushed to.
+    pub last_write_at: Option<String>,
+}
+
+/// One entry's page of partitions/changed.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct ChangedPartitions {
+    /// `UNKNOWN_TOPIC_OR_PARTITION` for a queue that does not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The partitions of this page, in creation order.
+    #[serde(default)]
+    pub partitions: Vec<ChangedPartition>,
+    /// The `after` of the next page, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
+}
+
+/// A partitions/changed call's answer: one page per entry asked, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionsChanged {
+    /// The broker's time up to which every write is counted: the next `since`.
+    pub safe_time: String,
+    /// Each entry's page.
+    pub entries: Vec<ChangedPartitions>,
+}

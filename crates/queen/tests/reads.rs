@@ -198,6 +198,47 @@ async fn partitions_changed_pages_by_next_and_filters_by_since() {
     assert_eq!(answer["entries"][0]["partitions"][0]["lastOffset"], json!(1));
 }
 
+/// Several entries in one call, each page whole: an unknown queue, a page
+/// with a next one, the last page, and one that matches nothing.
+#[tokio::test]
+async fn partitions_changed_answers_each_entry_whole_in_order() {
+    let b = TestBroker::start().await;
+    b.push("pc", "a", &[("a1", json!(1)), ("a2", json!(2))]).await;
+    b.push("pc", "b", &[("b1", json!(1))]).await;
+    let sql = b.sql().await;
+    let lane = |name: &'static str| {
+        let sql = &sql;
+        async move {
+            let row = sql
+                .query_one(
+                    "SELECT p.id::text, queen.iso(p.last_push_at) FROM queen.partitions p WHERE p.name = $1",
+                    &[&name],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, String>(0), row.get::<_, String>(1))
+        }
+    };
+    let ((a, a_at), (b_id, b_at)) = (lane("a").await, lane("b").await);
+    let entries = json!({"entries": [
+        {"queue": "nowhere"},
+        {"queue": "pc", "limit": 1},
+        {"queue": "pc", "limit": 1, "after": a},
+        {"queue": "pc", "since": "2999-01-01T00:00:00Z"},
+    ]});
+    let (status, answer) = b.post("/api/v1/partitions/changed", &entries).await;
+    assert_eq!(status, 200, "{answer}");
+    let safe = answer["safeTime"].clone();
+    assert!(safe.as_str().is_some_and(|t| t.len() == 27), "{answer}");
+    let want = json!({"safeTime": safe, "entries": [
+        {"error": "UNKNOWN_TOPIC_OR_PARTITION", "partitions": []},
+        {"partitions": [{"name": "a", "id": a, "lastOffset": 1, "logStart": 0, "lastWriteAt": a_at}], "next": a},
+        {"partitions": [{"name": "b", "id": b_id, "lastOffset": 0, "logStart": 0, "lastWriteAt": b_at}]},
+        {"partitions": []},
+    ]});
+    assert_eq!(answer, want);
+}
+
 #[tokio::test]
 async fn embedded_fetch_is_typed() {
     let b = TestBroker::start().await;

@@ -69,10 +69,13 @@ async fn registration_is_an_upsert_a_changed_hash_conflicts_and_reset_starts_ove
     let b = TestBroker::start().await;
     let (status, first) = register(&b, "q", "h1", false).await;
     assert_eq!(status, 200, "{first}");
-    assert_eq!((first["success"].clone(), first["fresh"].clone()), (json!(true), json!(true)));
+    let id = first["query_id"].as_str().unwrap();
+    assert!(uuid::Uuid::parse_str(id).is_ok(), "{first}");
+    let want = json!({"success": true, "query_id": id, "name": "q", "config_hash": "h1", "fresh": true, "reset": false});
+    assert_eq!(first, want, "the whole answer, which the engine writes");
     let (_, again) = register(&b, "q", "h1", true).await;
-    assert_eq!(again["query_id"], first["query_id"]);
-    assert_eq!((again["fresh"].clone(), again["reset"].clone()), (json!(false), json!(false)));
+    let want = json!({"success": true, "query_id": id, "name": "q", "config_hash": "h1", "fresh": false, "reset": false});
+    assert_eq!(again, want);
     let (status, body) = register(&b, "q", "h2", false).await;
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["code"], "config_hash_mismatch");
@@ -273,6 +276,9 @@ async fn state_reads_filter_by_keys_prefix_and_ripeness_in_key_order() {
     assert_eq!(ripe["rows"][0]["key"], "tumb:2\u{1f}a");
     let one = read(json!({"query_id": qid, "partition_id": pid, "keys": ["__wm__"]})).await;
     assert_eq!(one["rows"][0]["value"], json!(12345678901234567890u64));
+    let row = one["rows"][0].as_object().unwrap();
+    assert_eq!(row.keys().map(String::as_str).collect::<Vec<_>>(), ["key", "updated_at", "value"], "{one}");
+    assert!(row["updated_at"].as_str().is_some_and(|t| t.len() == 27 && t.ends_with('Z')), "{one}");
     let none = read(json!({"query_id": "not-a-uuid", "partition_id": pid, "keys": []})).await;
     assert_eq!(none, json!({"success": true, "rows": []}));
 }

@@ -94,25 +94,35 @@ LANGUAGE sql STABLE AS $$
 $$;
 
 -- One page of partitions of each entry's queue written at or after `since`,
--- in creation order (ids are time-ordered), after the id `after`.
+-- in creation order (ids are time-ordered), after the id `after`. Answers
+-- the safe time, whether each entry's queue exists and how many rows it
+-- gave (up to its limit and one more when more follow), then each row's
+-- fields as arrays, entry after entry; the engine writes the answer
+-- (queen_wire::PartitionsChanged).
 CREATE OR REPLACE FUNCTION queen.partitions_changed(
-  p_queues text[], p_limits integer[], p_since text[], p_after uuid[])
-RETURNS text
+  p_queues text[], p_limits integer[], p_since text[], p_after uuid[],
+  OUT safe_time text, OUT known boolean[], OUT sizes integer[], OUT names text[], OUT ids uuid[],
+  OUT last_offsets bigint[], OUT log_starts bigint[], OUT last_writes text[])
 LANGUAGE plpgsql STABLE SET timezone = 'UTC' AS $$
 DECLARE
   i integer;
-  v_safe timestamptz := queen.safe_time();
   v_queue_id bigint;
   v_since timestamptz;
-  v_rows jsonb;
-  v_last uuid;
-  v_more boolean;
-  v_entries jsonb := '[]';
+  v_page record;
 BEGIN
+  safe_time := queen.iso(queen.safe_time());
+  known := '{}';
+  sizes := '{}';
+  names := '{}';
+  ids := '{}';
+  last_offsets := '{}';
+  log_starts := '{}';
+  last_writes := '{}';
   FOR i IN 1 .. coalesce(array_length(p_queues, 1), 0) LOOP
     SELECT q.id INTO v_queue_id FROM queen.queues q WHERE q.name = p_queues[i];
     IF NOT FOUND THEN
-      v_entries := v_entries || jsonb_build_object('error', 'UNKNOWN_TOPIC_OR_PARTITION', 'partitions', '[]'::jsonb);
+      known := known || false;
+      sizes := sizes || 0;
       CONTINUE;
     END IF;
     v_since := NULL;
@@ -131,21 +141,23 @@ BEGIN
          AND (v_since IS NULL OR p.last_push_at >= v_since)
        ORDER BY p.id
        LIMIT p_limits[i] + 1
-    ), numbered AS (
-      SELECT page.*, row_number() OVER (ORDER BY page.id) AS n FROM page
     )
-    SELECT coalesce(jsonb_agg(jsonb_build_object(
-             'name', n.name, 'id', n.id, 'lastOffset', n.next_seq - 1,
-             'logStart', coalesce((SELECT min(m.seq) FROM queen.messages m
-                                    WHERE m.partition_id = n.id AND m.seq < n.next_seq), n.next_seq),
-             'lastWriteAt', queen.iso(n.last_push_at)) ORDER BY n.id) FILTER (WHERE n.n <= p_limits[i]), '[]'),
-           max(n.id::text) FILTER (WHERE n.n <= p_limits[i])::uuid,
-           count(*) > p_limits[i]
-      INTO v_rows, v_last, v_more
-      FROM numbered n;
-    v_entries := v_entries || CASE WHEN v_more
-      THEN jsonb_build_object('partitions', v_rows, 'next', v_last)
-      ELSE jsonb_build_object('partitions', v_rows) END;
+    SELECT count(*)::integer AS n,
+           coalesce(array_agg(pg.name ORDER BY pg.id), '{}') AS names,
+           coalesce(array_agg(pg.id ORDER BY pg.id), '{}') AS ids,
+           coalesce(array_agg(pg.next_seq - 1 ORDER BY pg.id), '{}') AS last_offsets,
+           coalesce(array_agg(coalesce((SELECT min(m.seq) FROM queen.messages m
+                                         WHERE m.partition_id = pg.id AND m.seq < pg.next_seq), pg.next_seq)
+                              ORDER BY pg.id), '{}') AS log_starts,
+           coalesce(array_agg(queen.iso(pg.last_push_at) ORDER BY pg.id), '{}') AS last_writes
+      INTO v_page
+      FROM page pg;
+    known := known || true;
+    sizes := sizes || v_page.n;
+    names := names || v_page.names;
+    ids := ids || v_page.ids;
+    last_offsets := last_offsets || v_page.last_offsets;
+    log_starts := log_starts || v_page.log_starts;
+    last_writes := last_writes || v_page.last_writes;
   END LOOP;
-  RETURN jsonb_build_object('safeTime', queen.iso(v_safe), 'entries', v_entries)::text;
 END $$;

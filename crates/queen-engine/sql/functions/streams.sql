@@ -17,8 +17,11 @@ END $$;
 -- 409 unless p_reset; a reset deletes the query's state and gives the query
 -- a new id, so a runner still on the old config is refused from then on.
 -- The same hash with p_reset keeps everything (answers reset: false).
+-- Answers the query's id, whether the name was new and whether its state
+-- was reset; the engine writes the answer (streams.rs).
 CREATE OR REPLACE FUNCTION queen.stream_register(
-  p_name text, p_source text, p_sink text, p_hash text, p_reset boolean) RETURNS json
+  p_name text, p_source text, p_sink text, p_hash text, p_reset boolean,
+  OUT registered_id uuid, OUT fresh boolean, OUT state_reset boolean)
 LANGUAGE plpgsql AS $$
 DECLARE
   r queen.stream_queries;
@@ -54,26 +57,28 @@ BEGIN
        WHERE id = r.id;
     END IF;
   END IF;
-  RETURN json_build_object('success', true, 'query_id', r.id, 'name', r.name,
-    'config_hash', p_hash, 'fresh', v_fresh, 'reset', v_reset);
+  registered_id := r.id;
+  fresh := v_fresh;
+  state_reset := v_reset;
 END $$;
 
 -- POST /streams/v1/state/get: the rows of one (query, source partition),
 -- in key (byte) order. Filters AND together: keys (empty = all), a literal
 -- key prefix, and value.windowEnd (a JSON number) at or before a bound.
+-- Each row's key, value text and time; the engine writes the answer.
 CREATE OR REPLACE FUNCTION queen.stream_state_get(
-  p_query uuid, p_partition uuid, p_keys text[], p_prefix text, p_ripe numeric) RETURNS json
+  p_query uuid, p_partition uuid, p_keys text[], p_prefix text, p_ripe numeric)
+RETURNS TABLE (key text, value text, updated_at text)
 LANGUAGE sql STABLE AS $$
-  -- A sealed row's value is its envelope (the engine opens it in the answer).
-  SELECT json_build_object('success', true, 'rows', coalesce(json_agg(json_build_object(
-           'key', s.key, 'value', CASE WHEN s.sealed IS NULL THEN s.value::json ELSE s.sealed::json END,
-           'updated_at', queen.iso(s.updated_at)) ORDER BY s.key), '[]'::json))
+  -- A sealed row's value is its envelope (the engine opens it).
+  SELECT s.key, coalesce(s.sealed, s.value::text), queen.iso(s.updated_at)
     FROM queen.stream_state s
    WHERE s.query_id = p_query AND s.partition_id = p_partition
      AND (cardinality(p_keys) = 0 OR s.key = ANY (p_keys))
      AND (p_prefix IS NULL OR starts_with(s.key, p_prefix))
      AND (p_ripe IS NULL OR (jsonb_typeof(s.value -> 'windowEnd') = 'number'
                              AND (s.value ->> 'windowEnd')::numeric <= p_ripe))
+   ORDER BY s.key
 $$;
 
 -- POST /streams/v1/cycle: state ops, the emits' pushes and the ack of the

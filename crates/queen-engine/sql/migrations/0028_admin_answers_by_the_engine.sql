@@ -12,3 +12,9 @@ DROP FUNCTION IF EXISTS queen.delete_queue(text);
 DROP FUNCTION IF EXISTS queen.timer_peek(text, text);
 DROP FUNCTION IF EXISTS queen.timer_list(text, text, integer);
 DROP FUNCTION IF EXISTS queen.timer_json(queen.timers);
+-- A stream query's registration answers its id and what happened, and a
+-- state read its rows; the engine writes both answers (streams.rs).
+DROP FUNCTION IF EXISTS queen.stream_register(text, text, text, text, boolean);
+DROP FUNCTION IF EXISTS queen.stream_state_get(uuid, uuid, text[], text, numeric);
+-- partitions/changed answers typed columns; the engine writes the pages.
+DROP FUNCTION IF EXISTS queen.partitions_changed(text[], integer[], text[], uuid[]);

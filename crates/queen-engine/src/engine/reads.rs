@@ -79,6 +79,7 @@ impl Engine {
         let client = self.pool().get().await?;
         let stmt = client.prepare_cached(include_str!("../../sql/statements/partitions_changed.sql")).await?;
         let row = client.query_one(&stmt, &[&queues, &limits, &since, &after]).await?;
-        Ok(Json(row.try_get(0)?))
+        let answer = ChangedColumns::read(&row)?.answer(&limits)?;
+        serde_json::to_string(&answer).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
     }
 }

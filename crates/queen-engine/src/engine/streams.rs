@@ -12,11 +12,8 @@ impl Engine {
 
     /// Registers (or re-registers) a query; answers the runner's JSON.
     pub async fn stream_register_query(&self, r: &StreamRegistration) -> Result<Json, EngineError> {
-        self.call_json(
-            include_str!("../../sql/statements/stream_register.sql"),
-            &[&r.name, &r.source_queue, &r.sink_queue, &r.config_hash, &r.reset],
-        )
-        .await
+        let answer = register(self.pool(), r).await?;
+        serde_json::to_string(&answer).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
     }
 
     /// `POST /streams/v1/state/get`.
@@ -26,17 +23,11 @@ impl Engine {
 
     /// Reads state rows; no rows for ids that name nothing.
     pub async fn stream_state_read(&self, r: &StateRead) -> Result<Json, EngineError> {
-        let (Some(query), Some(partition)) = (r.query_id, r.partition_id) else {
-            return Ok(Json(r#"{"success":true,"rows":[]}"#.into()));
-        };
-        let answer = self
-            .call_json(
-                include_str!("../../sql/statements/stream_state.sql"),
-                &[&query, &partition, &r.keys, &r.key_prefix, &r.ripe_at_or_before],
-            )
-            .await?;
-        // Sealed state (an encrypted source) is opened here.
-        Ok(Json(self.open_sealed(answer.0)?))
+        // Sealed state (an encrypted source) is opened row by row.
+        let rows = state_rows(self.pool(), r, |value| self.open_sealed(value)).await?;
+        serde_json::to_string(&StateRows { success: true, rows })
+            .map(Json)
+            .map_err(|e| EngineError::Protocol(e.to_string()))
     }
 
     /// `POST /streams/v1/cycle`.
