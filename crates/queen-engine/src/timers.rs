@@ -317,6 +317,53 @@ impl TimerColumns {
     }
 }
 
+/// What `queen.timer_apply` answers, index-aligned with the ops: each op's
+/// outcome, txn, and for a schedule the promised message id and due time.
+/// Read from the statement's columns, or from a transaction's record.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TimerOutcomes {
+    statuses: Vec<String>,
+    txns: Vec<Option<String>>,
+    message_ids: Vec<Option<String>>,
+    deliver_ats: Vec<Option<String>>,
+}
+
+impl TimerOutcomes {
+    pub(crate) fn read(row: &tokio_postgres::Row) -> Result<Self, EngineError> {
+        Ok(TimerOutcomes {
+            statuses: row.try_get(0)?,
+            txns: row.try_get(1)?,
+            message_ids: row.try_get(2)?,
+            deliver_ats: row.try_get(3)?,
+        })
+    }
+
+    /// Each op's element, in op order.
+    pub(crate) fn results(self, ops: &[TimerOp]) -> Result<Vec<TimerResult>, EngineError> {
+        let n = ops.len();
+        if [self.statuses.len(), self.txns.len(), self.message_ids.len(), self.deliver_ats.len()]
+            .iter()
+            .any(|&c| c != n)
+        {
+            return Err(EngineError::Protocol(
+                "timer_apply answered another number of results than ops".into(),
+            ));
+        }
+        let outcomes = self.statuses.into_iter().zip(self.txns).zip(self.message_ids).zip(self.deliver_ats);
+        Ok(ops
+            .iter()
+            .zip(outcomes)
+            .map(|(op, (((status, txn), message_id), deliver_at))| {
+                let (queue, key) = match op {
+                    TimerOp::Schedule { queue, key, .. } | TimerOp::Cancel { queue, key, .. } => (queue, key),
+                };
+                TimerResult::new(status, queue, key, txn, message_id, deliver_at)
+            })
+            .collect())
+    }
+}
+
 /// The body of a timers call: one answer per op.
 #[derive(serde::Serialize)]
 pub(crate) struct Results {

@@ -18,7 +18,7 @@ use crate::db::Pool;
 use crate::kv::decode::{decode_call, kv_reject};
 use crate::kv::{name_outcomes, KvColumns, KvOp, KvResult};
 use crate::push::{self, PushColumns, PushItem};
-use crate::timers::{self, TimerColumns, TimerOp, TimerResult, DEFAULT_TIMER_HORIZON};
+use crate::timers::{self, TimerColumns, TimerOp, TimerOutcomes, TimerResult, DEFAULT_TIMER_HORIZON};
 use crate::wire::{self, Kind};
 use crate::{EngineError, Json};
 use queen_wire::TxRefusal;
@@ -224,9 +224,9 @@ struct TxRecord {
     /// Each KV op's outcome, in op order.
     #[serde(default)]
     kv: Vec<KvResult>,
-    /// Each timer op's outcome, in op order.
+    /// Each timer op's outcome, in op order; `None` without timer ops.
     #[serde(default)]
-    timers: Vec<TimerResult>,
+    timers: Option<TimerOutcomes>,
 }
 
 /// One element of a committed transaction's results; `index` is its place
@@ -288,11 +288,11 @@ struct TxAnswer<'a> {
 fn answer(record: &str, bundle: &Bundle, push: &PushColumns<'_>) -> Result<Json, EngineError> {
     let protocol = |e: serde_json::Error| EngineError::Protocol(format!("a transaction record: {e}"));
     let mut r: TxRecord = serde_json::from_str(record).map_err(protocol)?;
+    let timers = r.timers.take().unwrap_or_default().results(&bundle.timers)?;
     if r.push_ids.len() != bundle.pushes.len()
         || push.queues.len() != bundle.pushes.len()
         || r.ack_dlq.len() != bundle.acks.len()
         || r.kv.len() != bundle.kv.len()
-        || r.timers.len() != bundle.timers.len()
     {
         return Err(EngineError::Protocol(
             "a transaction answered another number of results than ops".into(),
@@ -332,7 +332,7 @@ fn answer(record: &str, bundle: &Bundle, push: &PushColumns<'_>) -> Result<Json,
     let first_timer = first_kv + r.kv.len();
     let results = (slots.into_iter().map(|(_, e)| e))
         .chain(r.kv.iter().map(TxElement::Kv))
-        .chain(r.timers.iter().enumerate().map(|(i, result)| {
+        .chain(timers.iter().enumerate().map(|(i, result)| {
             TxElement::Timer(TimerElement { index: first_timer + i, kind: "timer", result })
         }))
         .collect();

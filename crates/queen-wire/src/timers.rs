@@ -27,6 +27,29 @@ pub struct TimerResult {
     pub deliver_at: Option<String>,
 }
 
+impl TimerResult {
+    /// The element of an op on `queue`/`key` that ended in `status`: applied
+    /// when `scheduled`, `rescheduled` or `cancelled`.
+    pub fn new(
+        status: String,
+        queue: &str,
+        key: &str,
+        txn: Option<String>,
+        message_id: Option<String>,
+        deliver_at: Option<String>,
+    ) -> Self {
+        TimerResult {
+            ok: matches!(status.as_str(), "scheduled" | "rescheduled" | "cancelled"),
+            status,
+            queue: Some(queue.to_owned()),
+            timer_key: Some(key.to_owned()),
+            txn,
+            message_id,
+            deliver_at,
+        }
+    }
+}
+
 /// A pending timer, as peek and list show it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

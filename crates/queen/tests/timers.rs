@@ -54,6 +54,8 @@ async fn schedule_reschedule_peek_list_and_cancel() {
         (json!("orders"), json!("o1"), json!("txn-o1"))
     );
     assert!(r[0]["messageId"].as_str().is_some_and(|m| m.len() == 36));
+    let fields: Vec<&str> = r[0].as_object().expect("element").keys().map(String::as_str).collect();
+    assert_eq!(fields, ["deliverAt", "messageId", "ok", "queue", "status", "timerKey", "txn"], "{}", r[0]);
     let at1 = r[0]["deliverAt"].as_str().expect("deliverAt").to_owned();
     assert_eq!(at1.len(), 27, "fixed width: {at1}");
 
@@ -136,7 +138,12 @@ async fn schedule_reschedule_peek_list_and_cancel() {
 
     let (status, cancelled) = b.delete("/api/v1/timers/paged/a/1?txn=mine").await;
     assert_eq!(status, 200);
-    assert_eq!((cancelled["ok"].clone(), cancelled["status"].clone()), (json!(true), json!("cancelled")));
+    let stored_txn = page["rows"][0]["txn"].clone();
+    assert_eq!(
+        cancelled,
+        json!({"ok": true, "status": "cancelled", "queue": "paged", "timerKey": "a/1", "txn": stored_txn}),
+        "a cancel answers the timer's own txn"
+    );
     let (_, absent) = b.delete("/api/v1/timers/paged/a/1?txn=mine").await;
     assert_eq!(
         absent,

@@ -7,34 +7,36 @@
 -- claims due rows FOR UPDATE SKIP LOCKED, so brokers never fire one row
 -- twice and a cancel never waits for a fire: it answers too_late.
 
-CREATE OR REPLACE FUNCTION queen.timer_cancel(p_queue text, p_key text, p_txn text) RETURNS jsonb
+-- A cancel: cancelled (with the timer's txn), too_late (a sweeper holds it)
+-- or absent (with the caller's txn).
+CREATE OR REPLACE FUNCTION queen.timer_cancel(p_queue text, p_key text, p_txn text,
+                                              OUT outcome text, OUT outcome_txn text)
 LANGUAGE plpgsql AS $$
-DECLARE
-  v_txn text;
 BEGIN
-  SELECT t.txn INTO v_txn FROM queen.timers t
+  SELECT 'cancelled', t.txn INTO outcome, outcome_txn FROM queen.timers t
    WHERE t.queue_name = p_queue AND t.timer_key = p_key
      FOR UPDATE SKIP LOCKED;
   IF FOUND THEN
     DELETE FROM queen.timers t WHERE t.queue_name = p_queue AND t.timer_key = p_key;
-    RETURN jsonb_build_object('ok', true, 'status', 'cancelled', 'queue', p_queue, 'timerKey', p_key,
-                              'txn', v_txn);
+    RETURN;
   END IF;
+  outcome_txn := p_txn;
   -- Locked by a sweeper that is firing it (or by a writer of the same key).
   IF EXISTS (SELECT 1 FROM queen.timers t WHERE t.queue_name = p_queue AND t.timer_key = p_key) THEN
-    RETURN jsonb_build_object('ok', false, 'status', 'too_late', 'queue', p_queue, 'timerKey', p_key,
-                              'txn', p_txn);
+    outcome := 'too_late';
+  ELSE
+    outcome := 'absent';
   END IF;
-  RETURN jsonb_build_object('ok', false, 'status', 'absent', 'queue', p_queue, 'timerKey', p_key, 'txn', p_txn);
 END $$;
 
 -- schedule and reschedule are one upsert: attempts start again, and a new
 -- txn gets a new promised message id (the same txn keeps its id). p_sub:
 -- the scheduling token's `sub`, which the fired message carries as its
--- producer_sub (a reschedule takes the rescheduler's).
+-- producer_sub (a reschedule takes the rescheduler's). Answers scheduled or
+-- rescheduled, the txn, the promised message id and the due time.
 CREATE OR REPLACE FUNCTION queen.timer_schedule(
-  p_queue text, p_key text, p_partition text, p_payload text, p_delay_ms bigint, p_txn text, p_sub text)
-RETURNS jsonb
+  p_queue text, p_key text, p_partition text, p_payload text, p_delay_ms bigint, p_txn text, p_sub text,
+  OUT outcome text, OUT outcome_txn text, OUT promised_id uuid, OUT due_at text)
 LANGUAGE plpgsql AS $$
 DECLARE
   v_txn text;
@@ -67,31 +69,45 @@ BEGIN
         txn = EXCLUDED.txn, deliver_at = EXCLUDED.deliver_at, attempts = 0, last_error = NULL,
         updated_at = now()
   RETURNING x.txn, x.message_id, x.deliver_at, (x.xmax = 0) INTO v_txn, v_id, v_at, v_inserted;
-  RETURN jsonb_build_object('ok', true, 'status', CASE WHEN v_inserted THEN 'scheduled' ELSE 'rescheduled' END,
-           'queue', p_queue, 'timerKey', p_key, 'txn', v_txn, 'messageId', v_id,
-           'deliverAt', queen.iso(v_at));
+  outcome := CASE WHEN v_inserted THEN 'scheduled' ELSE 'rescheduled' END;
+  outcome_txn := v_txn;
+  promised_id := v_id;
+  due_at := queen.iso(v_at);
 END $$;
 
--- One timers call (or a transaction's rider): result elements in op order.
+-- One timers call (or a transaction's rider): each op's outcome, txn,
+-- promised message id and due time (the last two for schedules), in op
+-- order; the engine writes the elements (queen_wire::TimerResult).
 -- p_sub: the caller's `sub` (NULL without JWT auth), set by the engine.
 CREATE OR REPLACE FUNCTION queen.timer_apply(
   p_ops text[], p_queues text[], p_keys text[], p_partitions text[], p_payloads text[],
-  p_delays bigint[], p_txns text[], p_sub text DEFAULT NULL)
-RETURNS jsonb
+  p_delays bigint[], p_txns text[], p_sub text,
+  OUT statuses text[], OUT txns text[], OUT message_ids uuid[], OUT deliver_ats text[])
 LANGUAGE plpgsql AS $$
 DECLARE
   i integer;
-  v_results jsonb[] := array_fill(NULL::jsonb, ARRAY[coalesce(array_length(p_ops, 1), 0)]);
+  v_n integer := coalesce(array_length(p_ops, 1), 0);
+  r record;
 BEGIN
+  statuses := array_fill(NULL::text, ARRAY[v_n]);
+  txns := array_fill(NULL::text, ARRAY[v_n]);
+  message_ids := array_fill(NULL::uuid, ARRAY[v_n]);
+  deliver_ats := array_fill(NULL::text, ARRAY[v_n]);
   FOR i IN SELECT n FROM generate_subscripts(p_ops, 1) n ORDER BY p_queues[n], p_keys[n] COLLATE "C", n LOOP
     IF p_ops[i] = 'cancel' THEN
-      v_results[i] := queen.timer_cancel(p_queues[i], p_keys[i], p_txns[i]);
+      SELECT c.outcome, c.outcome_txn INTO r FROM queen.timer_cancel(p_queues[i], p_keys[i], p_txns[i]) c;
+      statuses[i] := r.outcome;
+      txns[i] := r.outcome_txn;
     ELSE
-      v_results[i] := queen.timer_schedule(p_queues[i], p_keys[i], p_partitions[i], p_payloads[i],
-                                           p_delays[i], p_txns[i], p_sub);
+      SELECT s.outcome, s.outcome_txn, s.promised_id, s.due_at INTO r
+        FROM queen.timer_schedule(p_queues[i], p_keys[i], p_partitions[i], p_payloads[i],
+                                  p_delays[i], p_txns[i], p_sub) s;
+      statuses[i] := r.outcome;
+      txns[i] := r.outcome_txn;
+      message_ids[i] := r.promised_id;
+      deliver_ats[i] := r.due_at;
     END IF;
   END LOOP;
-  RETURN coalesce(to_jsonb(v_results), '[]'::jsonb);
 END $$;
 
 -- Pending timers of p_queue: the one keyed p_key, or (p_key NULL) a

@@ -17,7 +17,8 @@
 -- its pushes' message ids (aligned with its push items), whether each ack
 -- dead-lettered its message (aligned with its acks; in strict mode every
 -- ack was applied), its KV ops' outcomes
--- (kv_apply's) and its timer ops' outcomes (timer_apply's). The engine
+-- (kv_apply's) and its timer ops' outcome columns (timer_apply's; NULL
+-- without timers). The engine
 -- writes the transaction's answer and every element of it.
 -- STABLE as json_build_object is, so that it is inlined.
 CREATE OR REPLACE FUNCTION queen.tx_record(p_tx_id text, p_push_ids uuid[], p_ack_dlq boolean[], p_kv jsonb,
@@ -45,7 +46,7 @@ DECLARE
   v_bad integer;
   v_ack_dlq boolean[] := '{}';
   v_kv json := '[]';
-  v_timers jsonb := '[]';
+  v_timers jsonb;
   v_one jsonb;
 BEGIN
   -- Timers first: the timer sweeper locks a due timer's row and then the
@@ -54,7 +55,10 @@ BEGIN
   -- the rest). Their results still follow the KV ops in the index space
   -- (the engine places them).
   IF coalesce(array_length(t_op, 1), 0) > 0 THEN
-    v_timers := queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn, t_sub);
+    SELECT jsonb_build_object('statuses', t.statuses, 'txns', t.txns, 'messageIds', t.message_ids,
+                              'deliverAts', t.deliver_ats)
+      INTO v_timers
+      FROM queen.timer_apply(t_op, t_queue, t_key, t_part, t_payload, t_delay, t_txn, t_sub) t;
   END IF;
 
   IF coalesce(array_length(p_queues, 1), 0) > 0 THEN
@@ -295,7 +299,7 @@ BEGIN
   SELECT array_agg(coalesce(v_answers[n],
            queen.tx_record(p_tx_ids[n], NULL, a.r,
                            CASE WHEN kr.r IS NULL THEN '[]'::jsonb ELSE jsonb_build_array(kr.r) END,
-                           '[]')::text) ORDER BY n)
+                           NULL)::text) ORDER BY n)
     INTO answers
     FROM generate_series(1, v_n) n
     LEFT JOIN ack_results a ON a.b = n

@@ -73,22 +73,17 @@ impl Engine {
         if ops.iter().any(|op| matches!(op, TimerOp::Schedule { .. })) {
             self.timer_stats_ref().wake.notify_one();
         }
-        let outcomes: String = row.try_get(0)?;
-        let results: Vec<TimerResult> = serde_json::from_str(&outcomes)
-            .map_err(|e| EngineError::Protocol(format!("timer outcomes: {e}")))?;
-        if results.len() != ops.len() {
-            return Err(EngineError::Protocol(
-                "timer_apply answered another number of results than ops".into(),
-            ));
-        }
-        Ok(results)
+        TimerOutcomes::read(&row)?.results(&ops)
     }
 
     /// Cancels one timer; never waits for a fire in progress (`too_late`).
     pub async fn timer_cancel(&self, queue: &str, key: &str, txn: Option<&str>) -> Result<Json, EngineError> {
         check_name(queue, "queue", 255)?;
         check_name(key, "timerKey", MAX_KEY_BYTES)?;
-        self.call_json("SELECT queen.timer_cancel($1, $2, $3)::text", &[&queue, &key, &txn]).await
+        let op =
+            TimerOp::Cancel { queue: queue.to_owned(), key: key.to_owned(), txn: txn.map(str::to_owned) };
+        let result = self.run_timers(&[op], None).await?.pop();
+        written(&result.ok_or_else(|| EngineError::Protocol("a timer cancel answered nothing".into()))?)
     }
 
     /// One timer with its payload (opened, when sealed at rest), or `{"found": false}`.
