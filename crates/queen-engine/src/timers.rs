@@ -479,51 +479,59 @@ pub(crate) async fn next_due_in(pool: &Pool) -> Result<Option<f64>, EngineError>
     Ok(client.query_one(&stmt, &[]).await?.try_get(0)?)
 }
 
-/// Pending timers of `queue` (`queen.timer_rows`): the one keyed `key`
-/// with its payload (`open` opens it when sealed at rest), or a keyset page
-/// of up to `limit` after `after` and one row more when more follow.
-pub(crate) async fn timer_rows(
+/// A page of `queue`'s pending timers after `after` (`queen.timer_page`): up
+/// to `limit`, and one row more when more follow.
+pub(crate) async fn timer_page(
     pool: &Pool,
     queue: &str,
-    key: Option<&str>,
     after: Option<&str>,
     limit: usize,
-    open: impl Fn(String) -> Result<String, EngineError>,
 ) -> Result<Vec<PendingTimer>, EngineError> {
     let client = pool.get().await?;
-    let stmt = client
-        .prepare_cached(
-            "SELECT t.queue, t.timer_key, t.partition, t.txn, t.message_id::text, t.deliver_at, t.attempts,
-                    t.last_error, t.created_at, t.updated_at, t.payload
-               FROM queen.timer_rows($1, $2, $3, $4) t",
-        )
-        .await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/timer_page.sql")).await?;
     let limit = i32::try_from(limit).unwrap_or(i32::MAX);
-    let rows = client.query(&stmt, &[&queue, &key, &after, &limit]).await?;
-    rows.iter()
-        .map(|row| {
-            let payload: Option<String> = row.try_get(10)?;
-            let payload = payload
-                .map(|p| {
-                    serde_json::value::RawValue::from_string(open(p)?)
-                        .map_err(|e| EngineError::Protocol(format!("a timer's payload is not JSON: {e}")))
-                })
-                .transpose()?;
-            Ok(PendingTimer {
-                queue: row.try_get(0)?,
-                timer_key: row.try_get(1)?,
-                partition: row.try_get(2)?,
-                txn: row.try_get(3)?,
-                message_id: row.try_get(4)?,
-                deliver_at: row.try_get(5)?,
-                attempts: i64::from(row.try_get::<_, i32>(6)?),
-                last_error: row.try_get(7)?,
-                created_at: row.try_get(8)?,
-                updated_at: row.try_get(9)?,
-                payload,
-            })
+    let rows = client.query(&stmt, &[&queue, &after, &limit]).await?;
+    rows.iter().map(|row| pending_timer(row, &Ok)).collect()
+}
+
+/// `queue`'s pending timer `key` with its payload (`queen.timer_row`);
+/// `open` opens the payload when it is sealed at rest.
+pub(crate) async fn timer_row(
+    pool: &Pool,
+    queue: &str,
+    key: &str,
+    open: impl Fn(String) -> Result<String, EngineError>,
+) -> Result<Option<PendingTimer>, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../sql/statements/timer_row.sql")).await?;
+    let row = client.query_opt(&stmt, &[&queue, &key]).await?;
+    row.map(|row| pending_timer(&row, &open)).transpose()
+}
+
+fn pending_timer(
+    row: &tokio_postgres::Row,
+    open: &dyn Fn(String) -> Result<String, EngineError>,
+) -> Result<PendingTimer, EngineError> {
+    let payload: Option<String> = row.try_get(10)?;
+    let payload = payload
+        .map(|p| {
+            RawValue::from_string(open(p)?)
+                .map_err(|e| EngineError::Protocol(format!("a timer's payload is not JSON: {e}")))
         })
-        .collect()
+        .transpose()?;
+    Ok(PendingTimer {
+        queue: row.try_get(0)?,
+        timer_key: row.try_get(1)?,
+        partition: row.try_get(2)?,
+        txn: row.try_get(3)?,
+        message_id: row.try_get(4)?,
+        deliver_at: row.try_get(5)?,
+        attempts: i64::from(row.try_get::<_, i32>(6)?),
+        last_error: row.try_get(7)?,
+        created_at: row.try_get(8)?,
+        updated_at: row.try_get(9)?,
+        payload,
+    })
 }
 
 #[cfg(test)]

@@ -85,7 +85,8 @@ END $$;
 -- clears their leases, so a late ack of a skipped batch is a no-op.
 -- Answers how many cursors moved, the target time, and with p_partition the
 -- id of the last message the group is now past (NULL when none stored
--- precedes it); the engine writes the answer (queen_wire::Sought).
+-- precedes it); the engine writes the answer (queen_wire::Seeked, or with
+-- p_partition queen_wire::PartitionSeeked).
 CREATE OR REPLACE FUNCTION queen.seek(p_group text, p_queue text, p_to_end boolean, p_timestamp text,
                                       p_partition text,
                                       OUT partitions_updated bigint, OUT target_timestamp text,

@@ -110,22 +110,31 @@ BEGIN
   END LOOP;
 END $$;
 
--- Pending timers of p_queue: the one keyed p_key, or (p_key NULL) a
--- keyset page of up to p_limit after p_after in key byte order, with one
--- row more when more follow. Each timer's fields as typed columns, its
--- payload as stored (exact text, perhaps sealed) when p_key names it; the
--- engine writes the answers (queen_wire::PendingTimer, TimerPeek, TimerPage).
-CREATE OR REPLACE FUNCTION queen.timer_rows(p_queue text, p_key text, p_after text, p_limit integer)
+-- A pending timer's fields as typed columns, and its payload as stored
+-- (exact text, perhaps sealed); no row when it is not pending. The engine
+-- writes the peek (queen_wire::TimerPeek).
+CREATE OR REPLACE FUNCTION queen.timer_row(p_queue text, p_key text)
 RETURNS TABLE (queue text, timer_key text, partition text, txn text, message_id uuid, deliver_at text,
                attempts integer, last_error text, created_at text, updated_at text, payload text)
 LANGUAGE sql STABLE AS $$
   SELECT t.queue_name, t.timer_key, t.partition_name, t.txn, t.message_id, queen.iso(t.deliver_at),
-         t.attempts, t.last_error, queen.iso(t.created_at), queen.iso(t.updated_at),
-         CASE WHEN p_key IS NOT NULL THEN t.payload::text END
+         t.attempts, t.last_error, queen.iso(t.created_at), queen.iso(t.updated_at), t.payload::text
     FROM queen.timers t
-   WHERE t.queue_name = p_queue
-     AND (p_key IS NULL OR t.timer_key = p_key)
-     AND (p_after IS NULL OR t.timer_key > p_after COLLATE "C")
+   WHERE t.queue_name = p_queue AND t.timer_key = p_key
+$$;
+
+-- A keyset page of p_queue's pending timers after p_after in key byte
+-- order: up to p_limit, and one row more when more follow. The fields of
+-- queen.timer_row without the payload; the engine writes the page
+-- (queen_wire::TimerPage).
+CREATE OR REPLACE FUNCTION queen.timer_page(p_queue text, p_after text, p_limit integer)
+RETURNS TABLE (queue text, timer_key text, partition text, txn text, message_id uuid, deliver_at text,
+               attempts integer, last_error text, created_at text, updated_at text, payload text)
+LANGUAGE sql STABLE AS $$
+  SELECT t.queue_name, t.timer_key, t.partition_name, t.txn, t.message_id, queen.iso(t.deliver_at),
+         t.attempts, t.last_error, queen.iso(t.created_at), queen.iso(t.updated_at), NULL::text
+    FROM queen.timers t
+   WHERE t.queue_name = p_queue AND (p_after IS NULL OR t.timer_key > p_after COLLATE "C")
    ORDER BY t.timer_key
    LIMIT p_limit + 1
 $$;

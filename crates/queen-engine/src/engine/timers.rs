@@ -90,9 +90,8 @@ impl Engine {
     pub async fn timer_peek(&self, queue: &str, key: &str) -> Result<Json, EngineError> {
         check_name(queue, "queue", 255)?;
         check_name(key, "timerKey", MAX_KEY_BYTES)?;
-        let mut rows = timer_rows(self.pool(), queue, Some(key), None, 1, |p| self.open_sealed(p)).await?;
-        rows.truncate(1);
-        written(&TimerPeek::of(rows.pop()))
+        let timer = timer_row(self.pool(), queue, key, |p| self.open_sealed(p)).await?;
+        written(&TimerPeek::of(timer))
     }
 
     /// A keyset page of one queue's pending timers (limit clamped to 1..=1000).
@@ -104,7 +103,7 @@ impl Engine {
     ) -> Result<Json, EngineError> {
         check_name(queue, "queue", 255)?;
         let limit = limit.unwrap_or(100).clamp(1, 1000) as usize;
-        let rows = timer_rows(self.pool(), queue, None, after, limit, |p| self.open_sealed(p)).await?;
+        let rows = timer_page(self.pool(), queue, after, limit).await?;
         written(&TimerPage::of(rows, limit))
     }
 
