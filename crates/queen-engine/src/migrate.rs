@@ -140,6 +140,11 @@ pub const MIGRATIONS: &[Migration] = &[
         name: "0029_stream_timer_and_read_answers_by_the_engine.sql",
         sql: include_str!("../sql/migrations/0029_stream_timer_and_read_answers_by_the_engine.sql"),
     },
+    Migration {
+        version: 30,
+        name: "0030_kv_browse_answers_by_the_engine.sql",
+        sql: include_str!("../sql/migrations/0030_kv_browse_answers_by_the_engine.sql"),
+    },
 ];
 
 /// The SQL functions, one file per engine module that calls them (named

@@ -239,3 +239,38 @@ async fn browse<B: queen_client::Broker>(kv: &queen_client::Kv<B>) {
     assert_eq!(page.next_cursor, None);
     assert!(kv.list("Bad NS", "", None, None).await.is_err());
 }
+
+/// A page whole, as the engine writes it from `queen.kv_list`'s rows: each
+/// key with its value text, version, times and `expired`, and the cursor.
+#[tokio::test]
+async fn a_page_answers_every_field_of_every_key() {
+    let b = TestBroker::start().await;
+    put(&b, "whole", "a", json!({"n": 1.50})).await;
+    put(&b, "whole", "b", json!([1, "x"])).await;
+    put(&b, "whole", "c", json!(null)).await;
+    expire(&b, "whole", "b").await;
+    let sql = b.sql().await;
+    let times = |key: &'static str| {
+        let sql = &sql;
+        async move {
+            let row = sql
+                .query_one(
+                    "SELECT version, queen.iso(expires_at), queen.iso(updated_at) FROM queen.kv WHERE ns = 'whole' AND key = $1",
+                    &[&key],
+                )
+                .await
+                .unwrap();
+            (row.get::<_, i64>(0), row.get::<_, Option<String>>(1), row.get::<_, String>(2))
+        }
+    };
+    let ((va, ea, ua), (vb, eb, ub)) = (times("a").await, times("b").await);
+    let page = list(&b, json!({"namespace": "whole", "limit": 2})).await;
+    let want = json!({"namespace": "whole", "nextCursor": "b", "keys": [
+        {"key": "a", "value": {"n": 1.50}, "version": va, "expiresAt": ea, "updatedAt": ua, "expired": false},
+        {"key": "b", "value": [1, "x"], "version": vb, "expiresAt": eb, "updatedAt": ub, "expired": true},
+    ]});
+    assert_eq!(page, want);
+    let rest = list(&b, json!({"namespace": "whole", "cursor": "b"})).await;
+    assert_eq!(rest["keys"][0]["value"], Value::Null);
+    assert_eq!((keys(&rest), &rest["nextCursor"]), (vec!["c".to_owned()], &Value::Null));
+}

@@ -602,17 +602,16 @@ END $$;
 
 -- GET /api/v1/resources/kv/namespaces: every namespace with its live key
 -- count and its expired rows the sweeper has not deleted yet (a namespace
--- holding only those is listed, since kv_list shows them).
-CREATE OR REPLACE FUNCTION queen.kv_namespace_counts() RETURNS json
+-- holding only those is listed, since kv_list shows them). One row per
+-- namespace in name order; the engine writes the answer (kv/browse.rs).
+CREATE OR REPLACE FUNCTION queen.kv_namespace_counts()
+RETURNS TABLE (namespace text, live bigint, expired bigint)
 LANGUAGE sql STABLE AS $$
-  SELECT json_build_object(
-           'namespaces', coalesce(json_agg(json_build_object('namespace', n.ns, 'keys', n.live,
-                                                             'expired', n.expired) ORDER BY n.ns),
-                                  '[]'::json))
-    FROM (SELECT ns,
-                 count(*) FILTER (WHERE expires_at IS NULL OR expires_at > now()) AS live,
-                 count(*) FILTER (WHERE expires_at <= now()) AS expired
-            FROM queen.kv GROUP BY ns) n
+  SELECT ns,
+         count(*) FILTER (WHERE expires_at IS NULL OR expires_at > now()),
+         count(*) FILTER (WHERE expires_at <= now())
+    FROM queen.kv GROUP BY ns
+   ORDER BY ns
 $$;
 
 -- POST /api/v1/resources/kv/list: one keyset page of a namespace's keys under
@@ -623,12 +622,15 @@ $$;
 -- (at least one row when one exists); nextCursor when more remain. The
 -- bounds are plain comparisons so that they stay index conditions in a
 -- generic plan (as in kv_get_prefix); PL/pgSQL so the plan is cached.
+-- One row per key of the page in key order, each with `more` (rows follow
+-- the page: its last key is the next cursor); the engine writes the page.
 CREATE OR REPLACE FUNCTION queen.kv_list(
   p_ns text, p_prefix text, p_cursor text, p_limit integer, p_max_bytes bigint)
-RETURNS jsonb
+RETURNS TABLE (key text, value text, version bigint, expires_at text, updated_at text, expired boolean,
+               more boolean)
 LANGUAGE plpgsql STABLE SET plan_cache_mode = force_generic_plan AS $$
 BEGIN
-  RETURN (
+  RETURN QUERY
   WITH scan AS (
     SELECT k, row_number() OVER (ORDER BY k.key) AS rn,
            sum(octet_length(k.key) + octet_length(k.value::text)) OVER (ORDER BY k.key) AS bytes
@@ -643,14 +645,11 @@ BEGIN
   page AS (
     SELECT s.* FROM scan s WHERE s.rn <= p_limit AND (s.rn = 1 OR s.bytes <= p_max_bytes)
   )
-  SELECT jsonb_build_object(
-    'namespace', p_ns,
-    'keys', coalesce((SELECT jsonb_agg(queen.kv_row_json(p.k)
-                                       || jsonb_build_object('expired', coalesce((p.k).expires_at <= now(), false))
-                                       ORDER BY p.rn)
-                        FROM page p), '[]'::jsonb),
-    'nextCursor', CASE WHEN (SELECT count(*) FROM scan) > (SELECT count(*) FROM page)
-                       THEN (SELECT (p.k).key FROM page p ORDER BY p.rn DESC LIMIT 1) END));
+  SELECT (p.k).key, (p.k).value::text, (p.k).version, queen.iso((p.k).expires_at), queen.iso((p.k).updated_at),
+         coalesce((p.k).expires_at <= now(), false),
+         (SELECT count(*) FROM scan) > (SELECT count(*) FROM page)
+    FROM page p
+   ORDER BY p.rn;
 END $$;
 
 -- The dashboard's KV namespaces, a keyset page by name (`nextAfter` is the

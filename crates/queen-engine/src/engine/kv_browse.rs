@@ -7,18 +7,17 @@ impl Engine {
     /// Every KV namespace with its live key count and its expired rows the
     /// sweeper has not deleted yet: `{"namespaces": [{namespace, keys, expired}]}`.
     pub async fn kv_namespace_counts(&self) -> Result<Json, EngineError> {
-        self.call_json("SELECT queen.kv_namespace_counts()::text", &[]).await
+        written(&namespace_counts(self.pool()).await?)
     }
 
     /// One keyset page of a namespace's keys in byte order, bounded by the
     /// limit and by the KV read byte ceiling (at least one row when one
     /// exists): `{namespace, keys: [...], nextCursor}`.
     pub async fn kv_list(&self, req: &KvListRequest) -> Result<Json, EngineError> {
-        let limit = req.limit as i32;
-        self.call_json(
-            "SELECT queen.kv_list($1, $2, $3, $4, $5)::text",
-            &[&req.namespace, &req.prefix, &req.cursor, &limit, &self.kv_max_read_bytes()],
-        )
-        .await
+        written(&list(self.pool(), req, self.kv_max_read_bytes()).await?)
     }
+}
+
+fn written(answer: &impl serde::Serialize) -> Result<Json, EngineError> {
+    serde_json::to_string(answer).map(Json).map_err(|e| EngineError::Protocol(e.to_string()))
 }

@@ -5,7 +5,9 @@
 
 use serde_json::value::RawValue;
 
+use crate::db::Pool;
 use crate::kv::decode::{has_lone_surrogate, kv_reject, valid_namespace};
+use crate::kv::KvRow;
 use crate::wire::{self, Kind};
 use crate::EngineError;
 
@@ -89,6 +91,92 @@ pub fn decode_kv_list(body: &str) -> Result<KvListRequest, EngineError> {
         }
     };
     Ok(KvListRequest { namespace, prefix, cursor, limit })
+}
+
+/// One namespace of `GET /api/v1/resources/kv/namespaces`.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct NamespaceCount {
+    namespace: String,
+    /// Live keys.
+    keys: i64,
+    /// Expired rows the sweeper has not deleted yet.
+    expired: i64,
+}
+
+/// `{"namespaces": [...]}`.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct NamespaceCounts {
+    namespaces: Vec<NamespaceCount>,
+}
+
+/// Every namespace with its live and expired rows, in name order.
+pub(crate) async fn namespace_counts(pool: &Pool) -> Result<NamespaceCounts, EngineError> {
+    let client = pool.get().await?;
+    let stmt = client
+        .prepare_cached("SELECT n.namespace, n.live, n.expired FROM queen.kv_namespace_counts() n")
+        .await?;
+    let rows = client.query(&stmt, &[]).await?;
+    let namespaces = rows
+        .iter()
+        .map(|r| Ok(NamespaceCount { namespace: r.try_get(0)?, keys: r.try_get(1)?, expired: r.try_get(2)? }))
+        .collect::<Result<_, EngineError>>()?;
+    Ok(NamespaceCounts { namespaces })
+}
+
+/// A listed key: the row as a KV get answers it, and whether it expired
+/// (the sweeper has not deleted it yet).
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct ListedKey {
+    #[serde(flatten)]
+    row: KvRow,
+    expired: bool,
+}
+
+/// One page of `POST /api/v1/resources/kv/list`.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct KvListPage {
+    namespace: String,
+    keys: Vec<ListedKey>,
+    /// The page's last key when more follow.
+    next_cursor: Option<String>,
+}
+
+/// One keyset page of `req`'s namespace (`queen.kv_list`), at most
+/// `max_bytes` of keys and values past its first row.
+pub(crate) async fn list(
+    pool: &Pool,
+    req: &KvListRequest,
+    max_bytes: i64,
+) -> Result<KvListPage, EngineError> {
+    let limit = i32::try_from(req.limit).unwrap_or(i32::MAX);
+    let client = pool.get().await?;
+    let stmt = client.prepare_cached(include_str!("../../sql/statements/kv_list.sql")).await?;
+    let rows = client.query(&stmt, &[&req.namespace, &req.prefix, &req.cursor, &limit, &max_bytes]).await?;
+    let more = match rows.first() {
+        Some(r) => r.try_get::<_, bool>(6)?,
+        None => false,
+    };
+    let keys = rows
+        .iter()
+        .map(|r| {
+            let value = RawValue::from_string(r.try_get(1)?)
+                .map_err(|e| EngineError::Protocol(format!("a KV value is not JSON: {e}")))?;
+            let version: i64 = r.try_get(2)?;
+            Ok(ListedKey {
+                row: KvRow {
+                    key: r.try_get(0)?,
+                    value: Some(value),
+                    version: u64::try_from(version).map_err(|e| EngineError::Protocol(e.to_string()))?,
+                    expires_at: r.try_get(3)?,
+                    updated_at: r.try_get(4)?,
+                },
+                expired: r.try_get(5)?,
+            })
+        })
+        .collect::<Result<Vec<_>, EngineError>>()?;
+    let next_cursor = if more { keys.last().map(|k| k.row.key.clone()) } else { None };
+    Ok(KvListPage { namespace: req.namespace.clone(), keys, next_cursor })
 }
 
 #[cfg(test)]
